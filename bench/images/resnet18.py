@@ -4,7 +4,7 @@ step, towerpack against PyTorch with torchvision (issue 43).
 
   nice /usr/bin/python3 bench/images/resnet18.py [--build DIR] [--dir DIR]
         [--batch 16] [--warmup 6] [--steps 10] [--rounds 2] [--checkpoints] [--plots]
-        [--tp 2x1,1x1,1x2] [--torch 0x1,0x2,1x1,1x2,2x1,2x2]
+        [--tp 2x1,1x1,1x2] [--torch 0x1,0x2,1x1,1x2,2x1,2x2] [--bf16]
 
 The folder: the synthetic colour data set (bench/images/gen_colour.py:
 3 classes x 128 JPEGs of 128 x 128), made when missing. Both sides train
@@ -42,6 +42,17 @@ asking for its batch to the end of its update, data loading included.
   PyTorch    bench/peers/resnet18_torch.py --lighting 0.1: ImageFolder (PIL)
              + DataLoader; configurations WORKERSxTHREADS (DataLoader
              workers x torch threads).
+
+--bf16: both sides in bf16, like for like (issues 43 and 44): towerpack's
+runs get tp-train --bf16 (the matrix products and the direct convolutions
+on bf16 operands, fp32 sums; docs/compute.md) and PyTorch's step runs its
+forward and loss under torch.autocast("cpu", bfloat16) (resnet18_torch.py
+--bf16). The precision is checked, not assumed: towerpack's bf16 runs log
+at info (the fp32 runs at warn, as always) and must say "bf16: the CPU's
+matrix products on bf16 operands" (a CPU without bf16 dot products says
+it keeps fp32 instead, and the bench stops), and PyTorch's model output
+must be bfloat16. The report then says the precision. Without --bf16 the
+bench is fp32, its output as before.
 
 Every round runs each configuration once, the two sides' runs interleaved
 (towerpack, PyTorch, towerpack, ...), the order reversed in odd rounds, so a
@@ -83,11 +94,14 @@ def towerpack(a, train, test, towers, threads):
            "--steps-per-epoch", str(a.warmup), "--epochs", str(epochs),
            "--logdir", logdir, "--logdir-action", "delete", "--no-tensorboard",
            "--stats", "off"] + ([] if a.checkpoints else ["--no-checkpoints"]) \
-        + ([] if a.plots else ["--no-plots"])
+        + ([] if a.plots else ["--no-plots"]) + (["--bf16"] if a.bf16 else [])
+    # bf16 runs log at info: tp-train says there whether the products run in bf16
     r = subprocess.run(cmd, capture_output=True, text=True,
-                       env=dict(os.environ, TP_LOG_LEVEL="warn"))
+                       env=dict(os.environ, TP_LOG_LEVEL="info" if a.bf16 else "warn"))
     if r.returncode != 0:
         sys.exit("tp-train failed:\n" + r.stdout[-2000:] + r.stderr[-2000:])
+    if a.bf16 and "bf16: the CPU's matrix products on bf16 operands" not in r.stderr:
+        sys.exit("tp-train --bf16 did not say it runs in bf16:\n" + r.stderr[-2000:])
     stats = json.load(open(os.path.join(logdir, "stats.json")))
     shutil.rmtree(logdir, ignore_errors=True)
     timed = [e for e in stats if e.get("epoch_num", 0) >= 2 and e.get("steps_per_s")]
@@ -104,11 +118,15 @@ def pytorch(a, train, workers, threads):
     cmd = [PY, os.path.join(ROOT, "bench", "peers", "resnet18_torch.py"), "--dir", train,
            "--batch", str(a.batch), "--workers", str(workers), "--threads", str(threads),
            "--warmup", str(a.warmup), "--steps", str(steps), "--lighting", "0.1",
-           "--weight-decay", "1e-4"]
+           "--weight-decay", "1e-4"] + (["--bf16"] if a.bf16 else [])
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("the PyTorch peer failed:\n" + r.stderr[-2000:])
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    if a.bf16 and j.get("logits_dtype") != "bfloat16":
+        sys.exit("the PyTorch peer under autocast gave %s logits, not bfloat16"
+                 % j.get("logits_dtype"))
+    return j
 
 
 def main():
@@ -128,6 +146,9 @@ def main():
     ap.add_argument("--tp", default="2x1,1x1,1x2", help="towerpack's TOWERSxTHREADS")
     ap.add_argument("--torch", default="0x1,0x2,1x1,1x2,2x1,2x2",
                     help="PyTorch's DataLoader WORKERSxTHREADS")
+    ap.add_argument("--bf16", action="store_true",
+                    help="both sides in bf16: tp-train --bf16 against PyTorch under "
+                         "torch.autocast(bfloat16)")
     a = ap.parse_args()
     if a.warmup < 1 or a.steps < 1 or a.rounds < 1:
         sys.exit("--warmup, --steps and --rounds must be >= 1")
@@ -201,14 +222,17 @@ def main():
           "images a run" % (min(loads), max(loads), a.warmup,
                             -(-a.steps // a.warmup) * a.warmup, a.batch))
     print("towerpack's best (median over rounds): tp-train " + cmds[best_tp])
-    print(json.dumps({"ratio": ratio, "round_ratios": ratios,
+    if a.bf16:
+        print("precision: bf16 on both sides (tp-train --bf16, which said so in its log; "
+              "PyTorch under torch.autocast(\"cpu\", bfloat16), its logits bfloat16)")
+    print(json.dumps(dict({"ratio": ratio, "round_ratios": ratios,
                       "towerpack": {"%dx%d" % c: res[("tp", c)] for c in tp_configs},
                       "pytorch": {"%dx%d" % c: res[("torch", c)] for c in configs},
                       "towerpack_best_config": "%dx%d" % best_tp,
                       "pytorch_best_config": "%dx%d" % best_torch,
                       "batch": a.batch, "warmup": a.warmup, "steps": a.steps,
                       "rounds": a.rounds, "load": [min(loads), max(loads)],
-                      "torch": version}))
+                      "torch": version}, **({"precision": "bf16"} if a.bf16 else {}))))
 
 
 if __name__ == "__main__":

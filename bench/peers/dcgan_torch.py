@@ -17,7 +17,14 @@ batches drawn at random. Two loops:
              d_loss from it (torch.autograd.grad), then both updates.
 
   dcgan_torch.py --threads T [--data fmnist|cifar:FILE] [--batch 64] [--warmup K] [--chunks E] [--chunk K]
-                 [--loop usual|gantrainer]
+                 [--loop usual|gantrainer] [--bf16]
+
+--bf16: the forwards and the losses under torch.autocast("cpu", bfloat16)
+(the products on bf16 operands; fp32 weights, gradients and Adam), the
+peer of tp-train --bf16; the backwards and the updates outside it, as
+PyTorch's autocast recipe has them. The JSON line's "logits_dtype" (the
+discriminator's output in the last step: bfloat16 under autocast) is the
+check that the products really ran in bf16.
 
 Start-up is excluded as gan_cpu.sh excludes towerpack's: `warmup` steps
 first (tp-train's first epoch), then `chunks` runs of `chunk` steps, each
@@ -28,6 +35,7 @@ one JSON line: each chunk's seconds per step and their median.
 scripts/gpu/pytorch_dcgan.py (the GPU's peer) imports the model, its
 initialisation, the optimisers and the usual step from here."""
 import argparse
+import contextlib
 import gzip
 import json
 import statistics
@@ -89,24 +97,28 @@ def adam(net):
     return torch.optim.Adam(net.parameters(), lr=2e-4, betas=(0.5, 0.999))
 
 
-def usual_step(g, d, og, od, real, z):
+def usual_step(g, d, og, od, real, z, amp=contextlib.nullcontext):
     """PyTorch's DCGAN example's step on `real` images and noise z: the
     discriminator's update on the real and the detached fake images, then
     the discriminator on the fakes again for the generator's update.
-    Returns the losses (g_loss, d_loss) as tensors."""
+    amp() is the context of the forwards and losses (an autocast for
+    bf16). Returns the losses (g_loss, d_loss) and the discriminator's
+    logits on the real images as tensors."""
     bce = F.binary_cross_entropy_with_logits
-    fake = g(z)
-    lr, lf = d(real), d(fake.detach())
-    d_loss = 0.5 * (bce(lr, torch.ones_like(lr)) + bce(lf, torch.zeros_like(lf)))
+    with amp():
+        fake = g(z)
+        lr, lf = d(real), d(fake.detach())
+        d_loss = 0.5 * (bce(lr, torch.ones_like(lr)) + bce(lf, torch.zeros_like(lf)))
     od.zero_grad(set_to_none=True)
     d_loss.backward()
     od.step()
-    lf = d(fake)
-    g_loss = bce(lf, torch.ones_like(lf))
+    with amp():
+        lf = d(fake)
+        g_loss = bce(lf, torch.ones_like(lf))
     og.zero_grad(set_to_none=True)
     g_loss.backward()
     og.step()
-    return g_loss, d_loss
+    return g_loss, d_loss, lr
 
 
 def images(data):
@@ -128,6 +140,8 @@ def main():
     ap.add_argument("--chunks", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=10)
     ap.add_argument("--loop", default="usual", choices=("usual", "gantrainer"))
+    ap.add_argument("--bf16", action="store_true",
+                    help="the forwards and losses under torch.autocast(bfloat16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -138,24 +152,30 @@ def main():
     og, od = adam(g), adam(d)
     gp, dp = list(g.parameters()), list(d.parameters())
     bce = F.binary_cross_entropy_with_logits
+    dtype = ["float32"]  # the discriminator's logits in the last step
+
+    def amp():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16)
 
     def step():
         idx = torch.randint(0, x.shape[0], (a.batch,))
         real = x[idx].float() * (2 / 255) - 1
         z = torch.rand(a.batch, Z) * 2 - 1
         if a.loop == "usual":
-            g_loss, d_loss = usual_step(g, d, og, od, real, z)
+            g_loss, d_loss, lr = usual_step(g, d, og, od, real, z, amp)
         else:
-            fake = g(z)
-            lr, lf = d(real), d(fake)
-            d_loss = 0.5 * (bce(lr, torch.ones_like(lr)) + bce(lf, torch.zeros_like(lf)))
-            g_loss = bce(lf, torch.ones_like(lf))
+            with amp():
+                fake = g(z)
+                lr, lf = d(real), d(fake)
+                d_loss = 0.5 * (bce(lr, torch.ones_like(lr)) + bce(lf, torch.zeros_like(lf)))
+                g_loss = bce(lf, torch.ones_like(lf))
             gg = torch.autograd.grad(g_loss, gp, retain_graph=True)
             gd = torch.autograd.grad(d_loss, dp)
             for ps, gs, opt in ((gp, gg, og), (dp, gd, od)):
                 for p, q in zip(ps, gs):
                     p.grad = q
                 opt.step()
+        dtype[0] = str(lr.dtype).replace("torch.", "")
         return float(g_loss), float(d_loss)
 
     for _ in range(a.warmup):
@@ -171,6 +191,7 @@ def main():
                       "chunk_s_per_step": [round(v, 4) for v in per],
                       "median_s_per_step": round(statistics.median(per), 4),
                       "g_loss": round(losses[0], 3), "d_loss": round(losses[1], 3),
+                      "bf16": a.bf16, "logits_dtype": dtype[0],
                       "torch": torch.__version__}))
 
 

@@ -27,11 +27,18 @@
 # round (a shared host's load is part of the measure: say it). One JSON
 # line per run is kept in OUT/results.jsonl. Needs tp-train (TP_TRAIN,
 # default build/bin/tp-train) and /usr/bin/python3 with numpy and torch.
+# BF16=1: both sides in bf16, like for like: tp-train --bf16 (the CPU's
+# products and direct convolutions on bf16 operands, fp32 sums; its log,
+# at info, must say "bf16: the CPU's matrix products on bf16 operands",
+# else the bench stops) against dcgan_torch.py --bf16 (the forwards and
+# losses under torch.autocast("cpu", bfloat16); its discriminator's
+# logits must be bfloat16). Each run's JSON line then has "bf16": true,
+# and the summary says the precision.
 set -euo pipefail
 ROUNDS=${1:-3}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 BATCH=${BATCH:-64} CHUNK=${CHUNK:-20} CHUNKS=${CHUNKS:-3} NICE=${NICE:-0}
-LOOP=${LOOP:-usual} COLOUR=${COLOUR:-0} THREADS=${THREADS:-"1 2"}
+LOOP=${LOOP:-usual} COLOUR=${COLOUR:-0} THREADS=${THREADS:-"1 2"} BF16=${BF16:-0}
 TP_TRAIN=${TP_TRAIN:-$repo/build/bin/tp-train}
 OUT=${OUT:-$(mktemp -d /tmp/gan_cpu.XXXXXX)}
 [ -x "$TP_TRAIN" ] || { echo "gan_cpu.sh: no tp-train at $TP_TRAIN (set TP_TRAIN)" >&2; exit 1; }
@@ -40,6 +47,10 @@ mkdir -p "$OUT"
 res=$OUT/results.jsonl
 : > "$res"
 N="nice -n $NICE"
+TP_BF16=() PT_BF16=() TP_ENV=()
+if [ "$BF16" = 1 ]; then
+    TP_BF16=(--bf16) PT_BF16=(--bf16) TP_ENV=(TP_LOG_LEVEL=info)
+fi
 
 if [ "$COLOUR" = 1 ]; then
     # 2560 CIFAR-10 records of colour fields and squares (the data does not
@@ -67,23 +78,35 @@ fi
 run_tp() {  # run_tp ROUND THREADS
     local d=$OUT/tp-$1-$2
     rm -rf "$d"
-    $N "$TP_TRAIN" --model dcgan --data "$TP_DATA" --batch "$BATCH" --threads "$2" \
-        --epochs "$((CHUNKS + 1))" --steps-per-epoch "$CHUNK" --no-tensorboard \
+    env ${TP_ENV[@]+"${TP_ENV[@]}"} $N "$TP_TRAIN" --model dcgan --data "$TP_DATA" \
+        --batch "$BATCH" --threads "$2" --epochs "$((CHUNKS + 1))" \
+        --steps-per-epoch "$CHUNK" --no-tensorboard ${TP_BF16[@]+"${TP_BF16[@]}"} \
         --logdir "$d" > "$d.log" 2>&1 || { cat "$d.log" >&2; exit 1; }
-    "$py" - "$d/stats.json" "$1" "$2" "$BATCH" <<'PY' | tee -a "$res"
+    if [ "$BF16" = 1 ] && ! grep -q "bf16: the CPU's matrix products on bf16 operands" "$d.log"; then
+        echo "gan_cpu.sh: tp-train --bf16 did not say it runs in bf16 ($d.log):" >&2
+        tail -5 "$d.log" >&2
+        exit 1
+    fi
+    "$py" - "$d/stats.json" "$1" "$2" "$BATCH" "$BF16" <<'PY' | tee -a "$res"
 import json, statistics, sys
 s = json.load(open(sys.argv[1]))[1:]  # the first epoch warms up
 per = [1 / e["steps_per_s"] for e in s]
-print(json.dumps({"round": int(sys.argv[2]), "peer": "towerpack", "threads": int(sys.argv[3]),
+print(json.dumps(dict({"round": int(sys.argv[2]), "peer": "towerpack", "threads": int(sys.argv[3]),
                   "batch": int(sys.argv[4]), "chunk_s_per_step": [round(v, 4) for v in per],
                   "median_s_per_step": round(statistics.median(per), 4),
-                  "g_loss": round(s[-1]["g_loss"], 3), "d_loss": round(s[-1]["d_loss"], 3)}))
+                  "g_loss": round(s[-1]["g_loss"], 3), "d_loss": round(s[-1]["d_loss"], 3)},
+                 **({"bf16": True} if sys.argv[5] == "1" else {}))))
 PY
 }
 run_torch() {  # run_torch ROUND THREADS
     $N "$py" "$repo/bench/peers/dcgan_torch.py" --threads "$2" --data "$PT_DATA" \
         --batch "$BATCH" --warmup "$CHUNK" --chunks "$CHUNKS" --chunk "$CHUNK" \
-        --loop "$LOOP" 2>/dev/null | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
+        --loop "$LOOP" ${PT_BF16[@]+"${PT_BF16[@]}"} 2>/dev/null \
+        | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
+    if [ "$BF16" = 1 ] && ! tail -1 "$res" | grep -q '"logits_dtype": "bfloat16"'; then
+        echo "gan_cpu.sh: PyTorch under autocast did not compute in bf16" >&2
+        exit 1
+    fi
 }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -116,5 +139,8 @@ for r in sorted({x["round"] for x in rows}):
           f"thread{'s' if pt['threads'] > 1 else ''}, {pt['loop']} loop): {ratio:.3f}x")
 print(f"towerpack / PyTorch, median over {len(ratios)} rounds: "
       f"{statistics.median(ratios):.3f}x (goal <= 0.5)")
+if any(x.get("bf16") for x in rows):
+    print("precision: bf16 on both sides (tp-train --bf16, which said so in its log; "
+          "PyTorch under torch.autocast(\"cpu\", bfloat16), its logits bfloat16)")
 PY
 echo "results: $res"

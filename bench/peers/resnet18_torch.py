@@ -12,6 +12,11 @@ num_classes from the folder) trained by SGD with momentum 0.9, cross-entropy;
 GPU comparisons in docs/cuda.md were run). --lighting 0.1 adds AlexNet's PCA lighting noise (after
 ToTensor, as fb.resnet.torch and tensorpack): towerpack's `--augment
 imagenet` has it, so the benchmark gives both sides the same augmentation.
+--bf16: the forward and the loss under torch.autocast("cpu", bfloat16)
+(the convolutions and the fc on bf16 operands, fp32 weights, gradients
+and optimizer), the peer of tp-train --bf16; the JSON line's
+"logits_dtype" is the model output's dtype in the last step (bfloat16
+under autocast: the check that the products really ran in bf16).
 
 Times STEPS steps after WARMUP untimed ones, data loading included (the
 loop as a user writes it), and prints one JSON line: images/s, each timed
@@ -84,6 +89,8 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--lighting", type=float, default=0.0,
                     help="PCA lighting noise std (0: none; towerpack's imagenet: 0.1)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="the forward and the loss under torch.autocast(bfloat16)")
     ap.add_argument("--time-getitem", type=int, default=0, metavar="N",
                     help="time N of the dataset's __getitem__ in this process and exit")
     a = ap.parse_args()
@@ -117,7 +124,9 @@ def main():
         for x, y in dl:
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             opt.zero_grad()
-            loss = lossf(model(x), y)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
+                logits = model(x)
+                loss = lossf(logits, y)
             loss.backward()
             opt.step()
             done += 1
@@ -138,7 +147,9 @@ def main():
                       "batch": a.batch, "device": a.device, "size": a.size, "steps": a.steps,
                       "images_per_s": a.steps * a.batch / dt, "loss": loss.item(),
                       "warmup": a.warmup, "weight_decay": a.weight_decay,
-                      "lighting": a.lighting, "step_s": [round(v, 4) for v in step_s],
+                      "lighting": a.lighting, "bf16": a.bf16,
+                      "logits_dtype": str(logits.dtype).replace("torch.", ""),
+                      "step_s": [round(v, 4) for v in step_s],
                       "cpu_s": round(cpu, 3),
                       "torch": torch.__version__, "torchvision": torchvision.__version__}))
 

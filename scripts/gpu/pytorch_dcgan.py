@@ -52,7 +52,7 @@ def main():
         idx = torch.randint(0, images.shape[0], (a.batch,), device=dev)
         real = images[idx].float() * (2 / 255) - 1
         z = torch.rand(a.batch, Z, device=dev) * 2 - 1
-        g_loss, d_loss = usual_step(g, d, og, od, real, z)
+        g_loss, d_loss, _ = usual_step(g, d, og, od, real, z)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(json.dumps({"peer": "pytorch", "model": "dcgan", "batch": a.batch, "steps": a.steps,
