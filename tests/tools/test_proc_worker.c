@@ -189,62 +189,52 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     cr_assert(st1 >= 0 && WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "status %d", st1);
 }
 
-/* A worker connecting where nobody listens (a trainer not started, a
- * mistyped address) waits, as it should (a worker may start first), but
- * waited in silence: its log said only "sending dataflow ... (connect)",
- * like a worker at work. After 10 s it says that no receiver is there,
- * naming the endpoint, once; it goes on waiting, and SIGTERM ends it. */
-Test(proc_worker, a_worker_with_nobody_at_its_endpoint_says_so_and_waits) {
-    if (!s_plugin[0])
-        cr_skip_test("no C compiler to build the example plugin");
+/* A worker with `mode` (--connect, --bind) at ipc://DIR/NAME.sock and
+ * no trainer at the other end, run for 12 s: it keeps waiting, as it
+ * should (a worker may start first), says `said` (its %s: the endpoint)
+ * once, and SIGTERM ends it. */
+static void s_nobody_there(const char *mode, const char *name, const char *said_fmt) {
     char ep[128], out[128], buf[8192];
-    snprintf(ep, sizeof ep, "ipc://%s/nobody.sock", s_dir);
-    snprintf(out, sizeof out, "%s/nobody.txt", s_dir);
+    snprintf(ep, sizeof ep, "ipc://%s/%s.sock", s_dir, name);
+    snprintf(out, sizeof out, "%s/%s.txt", s_dir, name);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
-                     "--plugin-arg", "7", "--connect", ep, "--log-level", "info", NULL};
+                     "--plugin-arg", "7", (char *)mode, ep, "--log-level", "info", NULL};
     pu_spawn_opts_t o = {.out = out};
     int pid = pu_spawn(wargv, &o);
     int alive = !pu_wait_gone(pid, 12000);
     fu_slurp(out, buf, sizeof buf);
     kill(pid, SIGTERM);
     int st = pu_waitpid(pid, 5000);
-    cr_assert(alive, "a worker with no receiver yet ended:\n%s", buf);
-    char said[256];
-    snprintf(said, sizeof said, "send: no receiver at %s after 10 s", ep);
+    cr_assert(alive, "a %s worker with no receiver yet ended:\n%s", mode, buf);
+    char said[512];
+    snprintf(said, sizeof said, said_fmt, ep, ep);
     cr_assert(strstr(buf, said), "nothing said about the missing receiver:\n%s", buf);
-    cr_assert(!strstr(strstr(buf, said) + strlen(said), "no receiver at"),
+    cr_assert(!strstr(strstr(buf, said) + strlen(said), "no receiver"),
               "said twice in 12 s:\n%s", buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGTERM: status %d", st);
+}
+
+/* A worker connecting where nobody listens (a trainer not started, a
+ * mistyped address) waited in silence: its log said only "sending
+ * dataflow ... (connect)", like a worker at work. After 10 s it says that
+ * no receiver is there, naming the endpoint, once. */
+Test(proc_worker, a_worker_with_nobody_at_its_endpoint_says_so_and_waits) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    s_nobody_there("--connect", "nobody", "send: no receiver at %s after 10 s");
 }
 
 /* The same on the other side: a worker that binds (--bind) and that no
  * trainer connects to (one started without --remote, or pointed
  * elsewhere) waited in silence for ever, its first datapoint blocked on a
  * socket with no peer. After 10 s it says that no receiver has connected,
- * naming the endpoint and the trainer's flag, once; it goes on waiting,
- * and SIGTERM ends it. */
+ * naming the endpoint and the trainer's flag, once. */
 Test(proc_worker, a_bound_worker_that_nobody_connects_to_says_so_and_waits) {
     if (!s_plugin[0])
         cr_skip_test("no C compiler to build the example plugin");
-    char ep[128], out[128], buf[8192];
-    snprintf(ep, sizeof ep, "ipc://%s/unheard.sock", s_dir);
-    snprintf(out, sizeof out, "%s/unheard.txt", s_dir);
-    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
-                     "--plugin-arg", "7", "--bind", ep, "--log-level", "info", NULL};
-    pu_spawn_opts_t o = {.out = out};
-    int pid = pu_spawn(wargv, &o);
-    int alive = !pu_wait_gone(pid, 12000);
-    fu_slurp(out, buf, sizeof buf);
-    kill(pid, SIGTERM);
-    int st = pu_waitpid(pid, 5000);
-    cr_assert(alive, "a bound worker with no receiver yet ended:\n%s", buf);
-    char said[512];
-    snprintf(said, sizeof said, "send: no receiver has connected to %s after 10 s (is the "
-             "trainer started, connecting to it with --remote %s", ep, ep);
-    cr_assert(strstr(buf, said), "nothing said about the missing receiver:\n%s", buf);
-    cr_assert(!strstr(strstr(buf, said) + strlen(said), "no receiver"),
-              "said twice in 12 s:\n%s", buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGTERM: status %d", st);
+    s_nobody_there("--bind", "unheard",
+                   "send: no receiver has connected to %s after 10 s (is the trainer started, "
+                   "connecting to it with --remote %s");
 }
 
 /* Issue 47: a worker left from an earlier run joined the next run on the

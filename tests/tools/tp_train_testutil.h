@@ -1,9 +1,13 @@
 /* towerpack tests: what the tp-train suites (test_proc_tp_train*.c) share:
  * running the tool with info logging (and tp-generate with warnings),
- * writing a corpus, reading back a file and its stats.json, removing the
- * suite's directory. Include after proc_testutil.h, Criterion and jansson. */
+ * writing a corpus, reading back a file and its stats.json, --bf16's three
+ * runs, removing the suite's directory. Include after proc_testutil.h, Criterion and jansson. */
 #ifndef TP_TESTS_TP_TRAIN_TESTUTIL_H
 #define TP_TESTS_TP_TRAIN_TESTUTIL_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Run tp-train with argv (NULL-terminated, argv[0] ignored), stdout+stderr
  * into out[size]; the exit status (or -1 when killed after 120 s). */
@@ -70,6 +74,47 @@ static inline double tpt_num(json_t *rec, const char *key) {
     json_t *v = json_object_get(rec, key);
     cr_assert(json_is_number(v), "stats.json has no number '%s'", key);
     return json_number_value(v);
+}
+
+/* --bf16 on the CPU as a user meets it: argv (NULL-terminated, ending in
+ * "--logdir", NULL, NULL, NULL: the log directory and --bf16 go there)
+ * run three times into dir/bf16-K: fp32, --bf16, and --bf16
+ * where oneDNN sees no bf16 instructions (capped, as on a CPU without
+ * them). The first epoch's costs must say bf16 ran: within 2% of fp32's
+ * and not equal to it, and fp32's bit for bit when unavailable; the runs'
+ * logs say so (the info line, the warning). out[size]: the last run's
+ * output. */
+static inline void tpt_bf16_trains_as_fp32(char **argv, const char *dir, char *out,
+                                           size_t size) {
+    int at = 0;
+    while (argv[at] && strcmp(argv[at], "--logdir") != 0)
+        at++;
+    cr_assert(argv[at], "tpt_bf16_trains_as_fp32: argv has no --logdir");
+    at++;
+    char logdir[3][256];
+    double cost[3];
+    for (int k = 0; k < 3; k++) {
+        if (k == 2)
+            setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", 1);
+        snprintf(logdir[k], sizeof logdir[k], "%s/bf16-%d", dir, k);
+        argv[at] = logdir[k];
+        argv[at + 1] = k ? "--bf16" : NULL;
+        int rc = tpt_run(argv, out, size);
+        cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+        const int said = strstr(out, "bf16: the CPU's matrix products on bf16") != NULL;
+        cr_assert_eq(said, k == 1, "run %d:\n%s", k, out);
+        if (k == 2)
+            cr_assert(strstr(out, "this CPU has no bf16 dot products"), "%s", out);
+        json_t *j = tpt_stats(logdir[k]);
+        cost[k] = tpt_num(json_array_get(j, 0), "cost");
+        json_decref(j);
+    }
+    unsetenv("ONEDNN_MAX_CPU_ISA");
+    cr_assert(cost[1] != cost[0], "--bf16 trained as fp32: cost %g", cost[0]);
+    cr_assert(fabs(cost[1] - cost[0]) < 0.02 * cost[0], "--bf16 cost %g, fp32 %g", cost[1],
+              cost[0]);
+    cr_assert_eq(cost[2], cost[0], "bf16 unavailable: cost %.9g, fp32 %.9g", cost[2], cost[0]);
+    cr_log_info("cost: fp32 %.6f, bf16 %.6f", cost[0], cost[1]);
 }
 
 /* rm -rf dir, a warning when it cannot. */
