@@ -53,9 +53,9 @@ int tp_cpu_bf16_on(void) {
     return asked && s_cpu_has_bf16();
 }
 
-/* Sixteen at a time where the CPU converts (VCVTNE2PS2BF16 rounds to
- * nearest even and keeps NaNs NaNs, as tp_f32_to_bf16); the rest, and
- * every element elsewhere, one by one. */
+/* Thirty-two at a time where the CPU converts (one VCVTNE2PS2BF16 of two
+ * registers of sixteen; it rounds to nearest even and keeps NaNs NaNs, as
+ * tp_f32_to_bf16); the rest, and every element elsewhere, one by one. */
 __attribute__((target("avx512f,avx512bf16"))) static size_t s_convert_avx512(uint16_t *dst,
                                                                                const float *src,
                                                                                size_t n) {
