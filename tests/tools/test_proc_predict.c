@@ -322,6 +322,24 @@ Test(tp_predict, bad_input_says_what_and_where, .init = s_setup, .fini = s_teard
     cr_expect_eq(s_run("tp-predict", b5), 1);
     snprintf(said, sizeof said, "--confusion: cannot write %s: Is a directory", s_dir);
     cr_expect(strstr(s_out, said) && !strstr(s_out, "accuracy"), "%s", s_out);
+    /* the default picture beside the checkpoint, where it cannot be made
+     * (a folder in its place here; a folder this user may not write in
+     * for real): said before the pass, and the pass's report kept (it
+     * failed after the pass, the report lost) */
+    char dflt[300];
+    snprintf(dflt, sizeof dflt, "%s/mlp.confusion.png", s_dir);
+    cr_assert_eq(mkdir(dflt, 0755), 0);
+    char *b6[] = {"tp-predict", "--load", ckpt, "--spec", TEST_SPEC, "--json", NULL};
+    cr_expect_eq(s_run("tp-predict", b6), 0, "%s", s_out);
+    snprintf(said, sizeof said, "warning: no confusion picture: cannot write %s: Is a directory",
+             dflt);
+    cr_expect(strstr(s_out, said), "%s", s_out);
+    json_t *j = s_json();
+    cr_expect_eq(json_integer_value(json_object_get(j, "samples")), 1000);
+    cr_expect_null(json_object_get(j, "confusion_png"), "%s", s_out);
+    cr_expect_not_null(json_object_get(j, "confusion"), "%s", s_out);
+    json_decref(j);
+    rmdir(dflt);
 }
 
 /* Record r's image: bytes no other record has (a xorshift stream). */

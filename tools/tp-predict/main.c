@@ -60,7 +60,8 @@ static const char *s_usage =
 "                     samples_per_s, classes, per_class_accuracy, confusion,\n"
 "                     ...)\n"
 "  --confusion PNG    the confusion matrix image (default: next to the\n"
-"                     checkpoint, <name>.confusion.png); 'none' for none\n"
+"                     checkpoint, <name>.confusion.png, a warning and none\n"
+"                     where that folder cannot be written); 'none' for none\n"
 "  --batch N          rows per call (default 256)\n"
 "  --threads N        BLAS threads (default: OpenBLAS's)\n"
 "  --bf16             the CPU's matrix products and direct convolutions on\n"
@@ -470,6 +471,25 @@ int main(int argc, char **argv) {
     if (!zoo)
         return s_fail("--load");
     const char *name = zoo->name;
+    /* the confusion picture's path: --confusion's (checked above), else
+     * beside the checkpoint, where a folder this process cannot write in
+     * (someone else's run, a read-only mount) draws none, said now: the
+     * pass's results were lost to a failure after it */
+    char png[4200] = "";
+    if (a.confusion && strcmp(a.confusion, "none")) {
+        snprintf(png, sizeof png, "%s", a.confusion);
+    } else if (!a.confusion) {
+        snprintf(png, sizeof png, "%s", ckpt);
+        char *ext = strstr(png, ".safetensors");
+        if (!ext)
+            ext = png + strlen(png);
+        snprintf(ext, sizeof png - (size_t)(ext - png), ".confusion.png");
+        if (s_can_write(png) != TP_OK) {
+            fprintf(stderr, "tp-predict: warning: no confusion picture: %s (--confusion PNG "
+                    "puts it elsewhere)\n", tp_last_error());
+            png[0] = '\0';
+        }
+    }
     /* the classes and the normalisation the run recorded (data.json, or the
      * checkpoint's metadata) */
     tp_zoo_data_t info;
@@ -627,19 +647,11 @@ int main(int argc, char **argv) {
                        : (snprintf(num, sizeof num, "%d", (c)), num))
     double rate = busy > 0 ? (double)samples / busy : 0;
 
-    /* the picture */
-    char png[4200] = "";
-    /* a picture of more than 64 classes is unreadable: the JSON has it */
-    if (have_labels && nk <= 64 && !(a.confusion && !strcmp(a.confusion, "none"))) {
-        if (a.confusion) {
-            snprintf(png, sizeof png, "%s", a.confusion);
-        } else {
-            snprintf(png, sizeof png, "%s", ckpt);
-            char *ext = strstr(png, ".safetensors");
-            snprintf(ext ? ext : png + strlen(png),
-                     sizeof png - (size_t)((ext ? ext : png + strlen(png)) - png),
-                     ".confusion.png");
-        }
+    /* the picture; one of more than 64 classes is unreadable: the JSON
+     * has it */
+    if (!have_labels || nk > 64)
+        png[0] = '\0';
+    if (png[0]) {
         char title[128];
         snprintf(title, sizeof title, "%s, %lld images", name, (long long)samples);
         if (s_draw(png, cm, nk, accuracy, title) < 0) {
