@@ -137,6 +137,35 @@ Test(tp_bench, step_gpt_profiles_the_step_per_op_kind) {
     cr_assert(strstr(s_out, "give --model gpt"), "%s", s_out);
 }
 
+/* tp-bench step --bf16 --profile: the products run in bf16, so the
+ * percentages read against bf16's peak (a VDPBF16PS loop; it read "159%"
+ * of FP32's), said in the header, where the CPU has bf16 dot products;
+ * elsewhere the FP32 peak, as without the flag. */
+Test(tp_bench, step_bf16_profile_reads_against_the_bf16_peak) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1", NULL};
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-bench", "step", "--model", "gpt", "--layers", "1",
+                    "--width", "64", "--heads", "2", "--context", "32", "--batch", "2",
+                    "--rounds", "1", "--iters", "1", "--profile", "--bf16", NULL};
+    cr_assert_eq(pu_run(argv, env, s_out, sizeof s_out), 0, "%s", s_out);
+    __builtin_cpu_init();
+    const int bf16 = __builtin_cpu_supports("avx512bf16");
+    const char *p = strstr(s_out, bf16 ? "BF16 peak " : "FP32 peak ");
+    cr_assert_not_null(p, "%s", s_out);
+    const double peak = atof(p + strlen("BF16 peak "));
+    cr_assert(peak > 1.0 && peak < 4000.0, "peak %f GFLOPS: %s", peak, s_out);
+    if (bf16)
+        cr_assert(strstr(p, "(AVX512_BF16 dot products, 1 thread(s), measured now)"), "%s", p);
+    const char *b = strstr(s_out, "\n  batch_matmul ");
+    cr_assert_not_null(b, "%s", s_out);
+    char kind[32];
+    double fms, bms, mf, fgf, fpc;
+    cr_assert_eq(sscanf(b, " batch_matmul %31s %lf %lf %lf %lf %lf%%", kind, &fms, &bms, &mf,
+                        &fgf, &fpc),
+                 6, "%.200s", b);
+    cr_expect_float_eq(fpc, 100.0 * fgf / peak, 1.0 + (100.0 + fpc) * 0.05 / peak, "%.200s",
+                       b);
+}
+
 /* tp-bench ops --quick (the smoke run): the rows asked for are timed from
  * the profiler (one per op family on main, and a whole step), each a
  * positive time; a pattern no row matches is refused, naming --list. */

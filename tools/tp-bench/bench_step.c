@@ -16,7 +16,8 @@
  * --profile adds the CNN's per-op table: each op's time (the fastest of 5
  * profiled rounds of 2 steps), its FLOPs per call (tp_op_profile_t, from
  * the op's geometry), its GFLOPS and its fraction of the machine's FP32
- * peak, measured in the same run by an FMA loop (s_fp32_peak) on as many
+ * peak, measured in the same run by an FMA loop (s_peak; with --bf16 bf16's,
+ * a VDPBF16PS loop) on as many
  * threads as the backend uses; then a table of CPU times per op (the tower
  * thread's and the process's, at 1 thread and at T, from a 1-thread model
  * profiled first in the same run): which ops ran on the team, their
@@ -118,10 +119,32 @@ __attribute__((target("avx512f"))) static float s_fma_zmm(uint64_t iters) {
         acc[0] = _mm512_add_ps(acc[0], acc[j]);
     return _mm512_reduce_add_ps(acc[0]);
 }
+
+/* The bf16 products' instruction (VDPBF16PS: 32 products a zmm, summed in
+ * pairs into 16 fp32 lanes) in the same chains: acc += a . b, a's pairs
+ * (1, 2^-24) and b's (2^-24, 0) adding about 2^-24 a step. */
+__attribute__((target("avx512f,avx512bf16"))) static float s_dot_bf16(uint64_t iters) {
+    __m512 acc[S_ACC_ZMM];
+    for (int j = 0; j < S_ACC_ZMM; j++)
+        acc[j] = _mm512_set1_ps(0.001f * (float)j);
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(0x33803f80),
+                   b = (__m512bh)_mm512_set1_epi32(0x00003380);
+    for (uint64_t i = 0; i < iters; i++) {
+#pragma GCC unroll 32
+        for (int j = 0; j < S_ACC_ZMM; j++)
+            acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
+    }
+    for (int j = 1; j < S_ACC_ZMM; j++)
+        acc[0] = _mm512_add_ps(acc[0], acc[j]);
+    return _mm512_reduce_add_ps(acc[0]);
+}
 #endif
 
+/* The chains a peak is measured with. */
+enum { S_YMM_FMA, S_ZMM_FMA, S_ZMM_BF16 };
+
 typedef struct {
-    int zmm;                   /* AVX-512 chains, else AVX2's */
+    int zmm;                   /* S_YMM_FMA, S_ZMM_FMA or S_ZMM_BF16 */
     uint64_t iters;
     atomic_int *go;            /* set when every thread is made */
     uint64_t t0, t1;           /* this thread's start and end, ns */
@@ -134,15 +157,18 @@ static void *s_peak_thread(void *arg) {
         ;
     j->t0 = tp_now_ns();
 #if defined(__x86_64__) && defined(__GNUC__)
-    j->sink = j->zmm ? s_fma_zmm(j->iters) : s_fma_ymm(j->iters);
+    j->sink = j->zmm == S_ZMM_BF16  ? s_dot_bf16(j->iters)
+              : j->zmm == S_ZMM_FMA ? s_fma_zmm(j->iters)
+                                    : s_fma_ymm(j->iters);
 #endif
     j->t1 = tp_now_ns();
     return NULL;
 }
 
-/* FLOPs of one iteration of a chain's loop (an FMA is 2 per lane). */
+/* FLOPs of one iteration of a chain's loop (an FMA is 2 per lane, a bf16
+ * dot product 4). */
 static double s_peak_flops_per_iter(int zmm) {
-    return zmm ? 2.0 * 16 * 24 : 2.0 * 8 * 12;
+    return zmm == S_ZMM_BF16 ? 4.0 * 16 * 24 : zmm == S_ZMM_FMA ? 2.0 * 16 * 24 : 2.0 * 8 * 12;
 }
 
 /* GFLOPS of `threads` threads running the chains together for `iters`:
@@ -172,20 +198,24 @@ static double s_peak_once(int zmm, int threads, uint64_t iters) {
     return t1 > t0 ? flops / (double)(t1 - t0) : 0.0;
 }
 
-/* The machine's FP32 peak in GFLOPS on `threads` threads: the loop's
- * length calibrated on one thread to about 4 ms (shorter than a busy
- * machine's time slice, so that some runs keep their cores throughout),
- * then the best of 40 runs of every thread at once (other work only ever
- * slows a run), with AVX-512's chains and AVX2's where the CPU has them,
+/* The machine's peak in GFLOPS on `threads` threads: the loop's length
+ * calibrated on one thread to about 4 ms (shorter than a busy machine's
+ * time slice, so that some runs keep their cores throughout), then the
+ * best of 40 runs of every thread at once (other work only ever slows a
+ * run). FP32 (bf16 0): AVX-512's chains and AVX2's where the CPU has them,
  * the faster counting (Zen 4 runs AVX-512 at AVX2's rate; Intel's server
- * cores at twice). *isa names the one that won; 0 without FMA. */
-static double s_fp32_peak(int threads, const char **isa) {
+ * cores at twice). bf16 (the products' when tp-bench --bf16 is on): the
+ * VDPBF16PS chains, twice FP32's on Zen 4. *isa names the one that won;
+ * 0 without the instructions. */
+static double s_peak(int threads, int bf16, const char **isa) {
     *isa = "none";
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     double best = 0.0;
-    for (int zmm = 0; zmm < 2; zmm++) {
-        if (zmm ? !__builtin_cpu_supports("avx512f")
+    for (int zmm = bf16 ? S_ZMM_BF16 : S_YMM_FMA; zmm <= (bf16 ? S_ZMM_BF16 : S_ZMM_FMA); zmm++) {
+        if (zmm == S_ZMM_BF16 ? !__builtin_cpu_supports("avx512bf16")
+            : zmm == S_ZMM_FMA
+                ? !__builtin_cpu_supports("avx512f")
                 : !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
             continue;
         uint64_t iters = 1 << 14;
@@ -203,15 +233,29 @@ static double s_fp32_peak(int threads, const char **isa) {
             const double g = s_peak_once(zmm, threads, iters);
             if (g > best) {
                 best = g;
-                *isa = zmm ? "AVX-512 FMA" : "AVX2 FMA";
+                *isa = zmm == S_ZMM_BF16 ? "AVX512_BF16 dot products"
+                       : zmm == S_ZMM_FMA ? "AVX-512 FMA" : "AVX2 FMA";
             }
         }
     }
     return best;
 #else
     (void)threads;
+    (void)bf16;
     return 0.0;
 #endif
+}
+
+/* The peak a profile's percentages read against, said: bf16's when the
+ * products run in bf16 (tp-bench --bf16, TP_CPU_BF16), else FP32's. */
+static double s_profile_peak(int threads) {
+    const int bf16 = tp_backend_cpu_bf16_ask(-1);
+    const char *isa;
+    const double peak = s_peak(threads, bf16, &isa);
+    printf("%s peak %.1f GFLOPS (%s, %d thread(s), measured now)%s\n", bf16 ? "BF16" : "FP32",
+           peak, isa, threads,
+           bf16 ? ": the percentages read against it, fp32 ops' too" : "");
+    return peak;
 }
 
 /* GFLOPS and percent of the peak of `flops` in `ns` ("-" without FLOPs). */
@@ -654,10 +698,7 @@ static int s_gpt_step(const s_gpt_args_t *a) {
             s_by_kind(pt, k1, kt);
         } else
             s_by_kind(pt, NULL, kt);
-        const char *isa;
-        const double peak = s_fp32_peak(nthreads, &isa);
-        printf("FP32 peak %.1f GFLOPS (%s, %d thread(s), measured now)\n", peak, isa,
-               nthreads);
+        const double peak = s_profile_peak(nthreads);
         printf("GPT per op kind, per step (the one of %d rounds of %d steps with the least "
                "tower-thread CPU; nodes+folded):\n", PROF_ROUNDS, PROF_STEPS);
         s_rate_table(kt, peak, 0);
@@ -888,11 +929,8 @@ int tp_bench_step(int argc, char **argv) {
                 return 1;
             }
             s_profile(cm, cin, 2, 0, pt);
-            const char *isa;
             const int pthreads = tp_backend_cpu_threads();
-            const double peak = s_fp32_peak(pthreads, &isa);
-            printf("FP32 peak %.1f GFLOPS (%s, %d thread(s), measured now)\n", peak, isa,
-                   pthreads);
+            const double peak = s_profile_peak(pthreads);
             printf("CNN per op, per step (fastest of %d rounds of %d steps):\n", PROF_ROUNDS,
                    PROF_STEPS);
             s_rate_table(pt, peak, 1);
@@ -913,7 +951,9 @@ int tp_bench_step(int argc, char **argv) {
         printf("MLP 784-256-10, batch %d, %d OpenBLAS thread(s)\n", B, nthreads);
         printf("  step (fwd+bwd+update)  %9.1f us\n", step_us);
         printf("  raw sgemm x5           %9.1f us\n", ref_us);
-        printf("  ratio                  %9.3f  (goal <= 1.3)\n", ratio);
+        printf("  ratio                  %9.3f  (goal <= 1.3)%s\n", ratio,
+               tp_backend_cpu_bf16_ask(-1) ? ": the step's products bf16, the sgemm's fp32"
+                                           : "");
         if (cnn)
             printf("CNN conv32-pool-conv64-pool-fc128-fc10, batch %d: %.2f ms/step "
                    "(%.0f images/s)\n",
