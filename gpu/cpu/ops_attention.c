@@ -34,7 +34,19 @@
  * fused multiply-adds in the same order per element: the same bits), and
  * the row passes (the softmax, the backward's P and dS) through
  * s_softmax_rows_wide and s_grad_rows_wide (the same operations per
- * element, masked at a row's edge: the same bits). */
+ * element, masked at a row's edge: the same bits).
+ *
+ * bf16 (tp_cpu_bf16_on when the workspace is sized, AVX-512 with
+ * AVX512_BF16): the six tile products (q k^T, P v; dO v^T, P^T dO, dS^T q,
+ * dS k) take operands rounded to bf16, as pairs along each product's
+ * inner dimension (attention_bf16.h), and sum in fp32 (VDPBF16PS, twice
+ * an FMA's multiply-adds an instruction); q and dO are rounded once an
+ * item, k and v once a key tile, P and dS once a tile, into the item's
+ * scratch (s_bf_t). The softmax, its statistics, the stash, dS itself
+ * and every output stay fp32, and so do the row passes; the fp32 path
+ * is untouched (its bits as above). The GPT's attention 1.4x as fast
+ * (docs/performance.md, branch bf16attn). A workspace sized with bf16
+ * off keeps the products fp32 (s_geom_call). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
