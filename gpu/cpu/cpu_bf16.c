@@ -34,7 +34,8 @@ int tp_backend_cpu_bf16_ask(int bf16) {
         return tp_cpu_bf16_on();
     if (tp_backend_cpu_bf16(bf16)) {
         TP_INFO("bf16: the CPU's matrix products on bf16 operands, fp32 sums; its "
-                "direct convolutions on bf16 inputs");
+                "direct convolutions on bf16 inputs; the fused attention's tile products "
+                "on bf16 operands");
         return 1;
     }
     if (bf16)

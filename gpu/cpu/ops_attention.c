@@ -34,13 +34,27 @@
  * fused multiply-adds in the same order per element: the same bits), and
  * the row passes (the softmax, the backward's P and dS) through
  * s_softmax_rows_wide and s_grad_rows_wide (the same operations per
- * element, masked at a row's edge: the same bits). */
+ * element, masked at a row's edge: the same bits).
+ *
+ * bf16 (tp_cpu_bf16_on when the workspace is sized, AVX-512 with
+ * AVX512_BF16): the six tile products (q k^T, P v; dO v^T, P^T dO, dS^T q,
+ * dS k) take operands rounded to bf16, as pairs along each product's
+ * inner dimension (attention_bf16.h), and sum in fp32 (VDPBF16PS, twice
+ * an FMA's multiply-adds an instruction); q and dO are rounded once an
+ * item, k and v once a key tile, P and dS once a tile, into the item's
+ * scratch (s_bf_t). The softmax, its statistics, the stash, dS itself
+ * and every output stay fp32, and so do the row passes; the fp32 path
+ * is untouched (its bits as above). The GPT's attention 1.4x as fast
+ * (docs/performance.md, branch bf16attn). A workspace sized with bf16
+ * off keeps the products fp32 (s_geom_call). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/attention_bf16.h"
+#include "gpu/cpu/cpu_bf16.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_attention.h"
 
@@ -89,6 +103,8 @@ typedef struct {
     float scale;
     int causal;
     int wide;              /* the products through s_wide (s_pick_wide) */
+    int bf16;              /* the products on bf16 pairs (attention_bf16.h) */
+    int64_t dh;            /* pairs a row of d: (d + 1) / 2 */
     float *lse;            /* [items, Tq] log-sum-exp of each query row */
     float *dot;            /* [items, Tq] rowsum(dO * O) (backward) */
     float *mrun;           /* [items, Tq] the backward's running max (no stash) */
@@ -113,13 +129,57 @@ size_t tp_cpu_attention_stash_limit_ = (size_t)16 << 20;
 
 /* an item's scratch: two transposed key tiles (k, v), two query x key
  * tiles (P, dS; the forward uses one row of P and the row statistics) */
-static size_t s_per(int64_t d) {
+static size_t s_per_f32(int64_t d) {
     return S_ROUND((size_t)(2 * d * S_BK + 2 * S_BQ * S_BK + 2 * S_BQ));
+}
+
+/* With bf16 products, past that, the operands as bf16 pairs (s_bf_t):
+ * the item's q and dO rows along d, and along the queries; a key tile's
+ * k and v along d (from the transposed tiles) and k or v along the keys;
+ * a tile's P and dS along the queries and dS along the keys. */
+typedef struct {
+    uint32_t *qr, *or_, *qp, *op; /* [tq, dh], [tq, dh], [(tq + 1) / 2, d] x 2 */
+    uint32_t *kd, *vd;            /* [dh, S_BK] */
+    uint32_t *kp;                 /* [S_BK / 2, d]: k's (backward) or v's (forward) */
+    uint32_t *pp, *sp;            /* [S_BQ / 2, S_BK] */
+    uint32_t *pr;                 /* [S_BQ, S_BK / 2]: P's (forward) or dS's (backward) */
+} s_bf_t;
+
+static size_t s_bf_layout(int64_t tq, int64_t d, uint32_t *base, s_bf_t *b) {
+    const int64_t dh = (d + 1) / 2, tp = (tq + 1) / 2;
+    const size_t n[10] = {S_ROUND((size_t)(tq * dh)), S_ROUND((size_t)(tq * dh)),
+                          S_ROUND((size_t)(tp * d)), S_ROUND((size_t)(tp * d)),
+                          S_ROUND((size_t)(dh * S_BK)), S_ROUND((size_t)(dh * S_BK)),
+                          S_ROUND((size_t)(S_BK / 2 * d)), S_ROUND((size_t)(S_BQ / 2 * S_BK)),
+                          S_ROUND((size_t)(S_BQ / 2 * S_BK)), S_ROUND((size_t)(S_BQ * S_BK / 2))};
+    uint32_t **at[10];
+    s_bf_t dummy;
+    if (!b)
+        b = &dummy;
+    at[0] = &b->qr, at[1] = &b->or_, at[2] = &b->qp, at[3] = &b->op, at[4] = &b->kd;
+    at[5] = &b->vd, at[6] = &b->kp, at[7] = &b->pp, at[8] = &b->sp, at[9] = &b->pr;
+    size_t off = 0;
+    for (int i = 0; i < 10; i++) {
+        *at[i] = base ? base + off : NULL;
+        off += n[i];
+    }
+    return off;
+}
+
+static size_t s_per(const s_geom_t *g) {
+    return s_per_f32(g->d) + (g->bf16 ? s_bf_layout(g->tq, g->d, NULL, NULL) : 0);
+}
+
+/* the bf16 pairs of the item whose scratch starts at scratch */
+static s_bf_t s_bf_of(const s_geom_t *g, float *scratch) {
+    s_bf_t b;
+    s_bf_layout(g->tq, g->d, (uint32_t *)(scratch + s_per_f32(g->d)), &b);
+    return b;
 }
 
 static int s_pick_wide(void);
 
-static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
+static void s_geom(const tp_op_call_t *c, s_geom_t *g, int allow_bf16) {
     const tp_shape_t *qs = &c->xshape[0];
     const int r = qs->ndim;
     g->c = c;
@@ -166,7 +226,9 @@ static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     g->scale = c->attr->alpha;
     g->causal = c->attr->beta != 0.0f;
     g->wide = s_pick_wide();
-    g->per = s_per(g->d);
+    g->bf16 = allow_bf16 && g->wide && tp_cpu_bf16_on() && tp_attn_bf16_usable();
+    g->dh = (g->d + 1) / 2;
+    g->per = s_per(g);
     /* the stash: every visited tile's S_BQ x S_BK e^(score - m) and its
      * rows' m, so the backward need neither recompute q k^T (nor
      * transpose k) nor take e^x an element; only while it is small (2.6
@@ -202,10 +264,14 @@ static void s_clear_rows(float *p, int64_t rows, int64_t d, int64_t ld) {
         memset(p + i * ld, 0, (size_t)d * sizeof(float));
 }
 
+static size_t s_bytes(const s_geom_t *g) {
+    return (3 * S_ROUND(g->items * (size_t)g->tq) + g->items * (g->per + g->spi)) * sizeof(float);
+}
+
 size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
     s_geom_t g;
-    s_geom(c, &g);
-    return (3 * S_ROUND(g.items * (size_t)g.tq) + g.items * (g.per + g.spi)) * sizeof(float);
+    s_geom(c, &g, 1);
+    return s_bytes(&g);
 }
 
 /* 8 x 8 floats transposed in registers: rows of src (stride ls) become
@@ -494,6 +560,56 @@ s_tile_cols(int wide, int acc, float *restrict out, int64_t ldo, const float *re
         s_prefetch_next(out + (kb + 4) * ldo, nk - kb - 4, ldo, d, 1);
         s_rows_product(wide, out + kb * ldo, ldo, w + kb, 1, S_BK, rows_, ldr, lo, nq, acc,
                        keys, d);
+    }
+}
+
+/* s_tile_scores, s_tile_rows and s_tile_cols on bf16 pairs (g->bf16,
+ * attention_bf16.h), over the same blocks, keys and queries, the inner
+ * ranges in whole pairs: an odd end's partner is a zero, and a causal
+ * start rounded down to even meets only P's and dS's zeros (0 past a
+ * row's keys). a: rows of dh pairs along d (q or dO); bt: a key tile's
+ * k or v along d, dh x S_BK pairs. */
+static void s_bf_scores(const uint32_t *a, int64_t lda, const uint32_t *bt, int64_t dh,
+                        int64_t nq, int64_t nk, int64_t i0, int64_t j0, int causal,
+                        float *scores) {
+    for (int64_t rb = 0; rb < nq; rb += 4) {
+        const int64_t rows = nq - rb < 4 ? nq - rb : 4;
+        const int64_t ncols = s_visible(causal, i0 + rb + rows - 1, j0, nk);
+        tp_attn_bf16_product(scores + rb * S_BK, S_BK, a + rb * lda, lda, 1, bt, S_BK, 0, dh, 0,
+                             rows, (ncols + 15) & ~(int64_t)15);
+    }
+}
+
+/* out[nq][d] += w[nq][nk] rows[nk][d]: w a tile's rows along the keys
+ * (S_BK / 2 pairs apart), rows the key tile's along the keys ([S_BK / 2,
+ * d]) */
+static void s_bf_tile_rows(int acc, float *out, int64_t ldo, const uint32_t *w,
+                           const uint32_t *rows_, int64_t d, int64_t nq, int64_t nk, int64_t i0,
+                           int64_t j0, int causal) {
+    for (int64_t rb = 0; rb < nq; rb += 4) {
+        const int64_t rows = nq - rb < 4 ? nq - rb : 4;
+        const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
+        s_prefetch_next(out + (rb + 4) * ldo, nq - rb - 4, ldo, d, 1);
+        tp_attn_bf16_product(out + rb * ldo, ldo, w + rb * (S_BK / 2), S_BK / 2, 1, rows_, d, 0,
+                             (kh + 1) / 2, acc, rows, d);
+    }
+}
+
+/* out[nk][d] += w^T[nk][nq] rows[nq][d]: w a tile along the queries
+ * ([S_BQ / 2, S_BK] pairs), rows the query tile's along the queries
+ * ([., d]) */
+static void s_bf_tile_cols(int acc, float *out, int64_t ldo, const uint32_t *w,
+                           const uint32_t *rows_, int64_t d, int64_t nq, int64_t nk, int64_t i0,
+                           int64_t j0, int causal) {
+    for (int64_t kb = 0; kb < nk; kb += 4) {
+        const int64_t keys = nk - kb < 4 ? nk - kb : 4;
+        int64_t lo = causal ? j0 + kb - i0 : 0;
+        lo = lo < 0 ? 0 : lo;
+        if (lo >= nq)
+            continue;
+        s_prefetch_next(out + (kb + 4) * ldo, nk - kb - 4, ldo, d, 1);
+        tp_attn_bf16_product(out + kb * ldo, ldo, w + kb, 1, S_BK, rows_, d, lo / 2,
+                             (nq + 1) / 2, acc, keys, d);
     }
 }
 
@@ -816,10 +932,15 @@ s_grad_rows_wide(float *pt, float *dst, const float *st, const float *smax, floa
 }
 #endif
 
-/* The workspace is there and, when its size is known (0: not said),
- * large enough. */
-static tp_status_t s_check_workspace(const tp_op_call_t *c) {
-    const size_t need = tp_cpu_attention_workspace(c);
+/* The call's geometry, its workspace there and, when its size is known
+ * (0: not said), large enough. bf16 products where asked, unless the
+ * workspace was planned without them (bf16 turned on after the model was
+ * built): then fp32, as the plan had it, in both passes alike. */
+static tp_status_t s_geom_call(const tp_op_call_t *c, s_geom_t *g) {
+    s_geom(c, g, 1);
+    if (g->bf16 && c->workspace_bytes && c->workspace_bytes < s_bytes(g))
+        s_geom(c, g, 0);
+    const size_t need = s_bytes(g);
     if (!c->workspace || (c->workspace_bytes && c->workspace_bytes < need))
         return tp_error(TP_ERR_INVALID, "attention '%s': workspace of %zu bytes at %p, "
                         "needs %zu", c->name ? c->name : "?", c->workspace_bytes,
@@ -850,20 +971,30 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
     float *kt = scratch, *pt = kt + 2 * d * S_BK;
     float *stash = g->stash ? g->stash + it * g->spi : NULL;
     const int64_t nqt = (tq + S_BQ - 1) / S_BQ;
+    const s_bf_t bf = g->bf16 ? s_bf_of(g, scratch) : (s_bf_t){0};
     for (int64_t i = 0; i < tq; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
+    if (g->bf16) /* q's rows in pairs once an item */
+        tp_attn_bf16_rows(bf.qr, g->dh, q, ld, tq, d);
     /* no clear of o: every row meets key tile 0 first (causal or not), whose
      * product stores where the later ones add (from 0 either way: the
      * same bits as a clear, without writing o twice) */
     for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
         const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
         s_transpose(k + j0 * ld, ld, d, nk, kt);
+        if (g->bf16) { /* the key tile's k along d, v along the keys */
+            tp_attn_bf16_pairs(bf.kd, S_BK, kt, S_BK, d, (nk + 15) & ~(int64_t)15);
+            tp_attn_bf16_pairs(bf.kp, d, v + j0 * ld, ld, nk, d);
+        }
         /* causal: the query tiles that reach this key tile (Tq = Tk) */
         for (int64_t i0 = causal ? j0 : 0; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
-            s_tile_scores(g->wide, q + i0 * ld, ld, kt, d, nq, nk, i0, j0, causal, pt);
+            if (g->bf16)
+                s_bf_scores(bf.qr + i0 * g->dh, g->dh, bf.kd, g->dh, nq, nk, i0, j0, causal, pt);
+            else
+                s_tile_scores(g->wide, q + i0 * ld, ld, kt, d, nq, nk, i0, j0, causal, pt);
             const size_t pair = s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ);
             float *st = stash ? stash + pair * S_BQ * S_BK : NULL;
             float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
@@ -876,8 +1007,12 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
             else
 #endif
                 s_softmax_rows(pt, st, smax, nq, i0, j0, nk, causal, scale, m, l, o, ldo, d);
-            s_tile_rows(g->wide, j0 > 0, o + i0 * ldo, ldo, st ? st : pt, v + j0 * ld, ld, d, nq,
-                        nk, i0, j0, causal);
+            if (g->bf16) {
+                tp_attn_bf16_rows(bf.pr, S_BK / 2, st ? st : pt, S_BK, nq, nk);
+                s_bf_tile_rows(j0 > 0, o + i0 * ldo, ldo, bf.pr, bf.kp, d, nq, nk, i0, j0, causal);
+            } else
+                s_tile_rows(g->wide, j0 > 0, o + i0 * ldo, ldo, st ? st : pt, v + j0 * ld, ld, d,
+                            nq, nk, i0, j0, causal);
         }
     }
     for (int64_t i = 0; i < tq; i++) {
@@ -899,8 +1034,7 @@ static void s_forward_range(void *arg, size_t lo, size_t hi) {
 
 tp_status_t tp_cpu_attention_forward(const tp_op_call_t *c) {
     s_geom_t g;
-    s_geom(c, &g);
-    TP_TRY(s_check_workspace(c));
+    TP_TRY(s_geom_call(c, &g));
     tp_cpu_parallel(g.items, 1, 1, s_forward_range, &g);
     return TP_OK;
 }
@@ -965,12 +1099,32 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
         dot[i] = acc;
     }
     const int need_ds = dq || dk;
+    const s_bf_t bf = g->bf16 ? s_bf_of(g, scratch) : (s_bf_t){0};
+    if (g->bf16) { /* the item's q and dO in pairs: along d, along the queries */
+        if (!stash)
+            tp_attn_bf16_rows(bf.qr, g->dh, q, ld, tq, d);
+        if (need_ds)
+            tp_attn_bf16_rows(bf.or_, g->dh, dout, ldo, tq, d);
+        if (dk)
+            tp_attn_bf16_pairs(bf.qp, d, q, ld, tq, d);
+        if (dv)
+            tp_attn_bf16_pairs(bf.op, d, dout, ldo, tq, d);
+    }
     for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
         const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
+        const int64_t pad = (nk + 15) & ~(int64_t)15;
         if (!stash)
             s_transpose(k + j0 * ld, ld, d, nk, kt);
         if (need_ds)
             s_transpose(v + j0 * ld, ld, d, nk, vt);
+        if (g->bf16) { /* k and v along d, k along the keys */
+            if (!stash)
+                tp_attn_bf16_pairs(bf.kd, S_BK, kt, S_BK, d, pad);
+            if (need_ds)
+                tp_attn_bf16_pairs(bf.vd, S_BK, vt, S_BK, d, pad);
+            if (dq)
+                tp_attn_bf16_pairs(bf.kp, d, k + j0 * ld, ld, nk, d);
+        }
         /* causal: the query tiles that reach this key tile */
         const int64_t i0_first = causal ? j0 / S_BQ * S_BQ : 0;
         for (int64_t i0 = i0_first; i0 < tq; i0 += S_BQ) {
@@ -982,11 +1136,20 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
             const size_t pair = s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ);
             const float *st = stash ? stash + pair * S_BQ * S_BK : NULL;
             const float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
-            if (!st)
-                s_tile_scores(g->wide, q + i0 * ld, ld, kt, d, nq, nk, i0, j0, causal, pt);
-            if (need_ds)
-                s_tile_scores(g->wide, dout + i0 * ldo, ldo, vt, d, nq, nk, i0, j0, causal,
-                              dst);
+            if (g->bf16) {
+                if (!st)
+                    s_bf_scores(bf.qr + i0 * g->dh, g->dh, bf.kd, g->dh, nq, nk, i0, j0, causal,
+                                pt);
+                if (need_ds)
+                    s_bf_scores(bf.or_ + i0 * g->dh, g->dh, bf.vd, g->dh, nq, nk, i0, j0, causal,
+                                dst);
+            } else {
+                if (!st)
+                    s_tile_scores(g->wide, q + i0 * ld, ld, kt, d, nq, nk, i0, j0, causal, pt);
+                if (need_ds)
+                    s_tile_scores(g->wide, dout + i0 * ldo, ldo, vt, d, nq, nk, i0, j0, causal,
+                                  dst);
+            }
 #ifdef S_WIDE
             if (g->wide)
                 s_grad_rows_wide(pt, dst, st, smax, mrun, lse, dot, nq, i0, j0, nk, causal,
@@ -996,6 +1159,25 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
                 s_grad_rows(pt, dst, st, smax, mrun, lse, dot, nq, i0, j0, nk, causal, g->scale,
                             need_ds);
             const int first_i = i0 == i0_first; /* the key tile's first query tile */
+            if (g->bf16) { /* P and dS along the queries, dS along the keys */
+                const uint32_t *qp = bf.qp + i0 / 2 * d, *op = bf.op + i0 / 2 * d;
+                if (dv) {
+                    tp_attn_bf16_pairs(bf.pp, S_BK, pt, S_BK, nq, nk);
+                    s_bf_tile_cols(!(fresh_v && first_i), dv + j0 * ld, ld, bf.pp, op, d, nq, nk,
+                                   i0, j0, causal);
+                }
+                if (dk) {
+                    tp_attn_bf16_pairs(bf.sp, S_BK, dst, S_BK, nq, nk);
+                    s_bf_tile_cols(!(fresh_k && first_i), dk + j0 * ld, ld, bf.sp, qp, d, nq, nk,
+                                   i0, j0, causal);
+                }
+                if (dq) {
+                    tp_attn_bf16_rows(bf.pr, S_BK / 2, dst, S_BK, nq, nk);
+                    s_bf_tile_rows(!(fresh_q && j0 == 0), dq + i0 * ld, ld, bf.pr, bf.kp, d, nq,
+                                   nk, i0, j0, causal);
+                }
+                continue;
+            }
             if (dv)
                 s_tile_cols(g->wide, !(fresh_v && first_i), dv + j0 * ld, ld, pt,
                             dout + i0 * ldo, ldo, d, nq, nk, i0, j0, causal);
@@ -1018,8 +1200,7 @@ static void s_backward_range(void *arg, size_t lo, size_t hi) {
 
 tp_status_t tp_cpu_attention_backward(const tp_op_call_t *c) {
     s_geom_t g;
-    s_geom(c, &g);
-    TP_TRY(s_check_workspace(c));
+    TP_TRY(s_geom_call(c, &g));
     if (!g.dq && !g.dk && !g.dv)
         return TP_OK;
     tp_cpu_parallel(g.items, 1, 1, s_backward_range, &g);

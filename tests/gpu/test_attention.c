@@ -6,8 +6,10 @@
  * 8 x 8 transposes and 64-key tiles, what a double reference gives, with
  * the forward's scores stashed for the backward and recomputed alike (the
  * same bits); past the stash's limit its workspace grows
- * linearly in T (no T x T scores); the builder's errors name the node and
- * the shapes. PyTorch parity is in op_cases.h's rows. */
+ * linearly in T (no T x T scores); the packed form gives the heads cut
+ * out's bits, with the tile products in bf16 too; the builder's errors
+ * name the node and the shapes. PyTorch parity is in op_cases.h's rows;
+ * the bf16 products against a reference in test_attention_bf16.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -256,6 +258,27 @@ static void s_packed_case(int causal, const char *isa) {
 Test(attention, packed_qkv_gives_the_heads_cut_outs_bits_causal) { s_packed_case(1, NULL); }
 Test(attention, packed_qkv_gives_the_heads_cut_outs_bits_full) { s_packed_case(0, NULL); }
 Test(attention, packed_qkv_gives_the_heads_cut_outs_bits_portable) { s_packed_case(1, "avx2"); }
+
+/* With the tile products in bf16 (ops_attention.c, attention_bf16.c) the
+ * packed form reads its strided heads into the same pairs: the same bits
+ * again, and not fp32's (the products really went bf16). */
+Test(attention, packed_qkv_gives_the_heads_cut_outs_bits_bf16) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products");
+    s_packed_case(1, NULL);
+    float *g16, *g32;
+    const float c16 = s_packed_run(1, 1, &g16);
+    tp_backend_cpu_bf16(0);
+    const float c32 = s_packed_run(1, 1, &g32);
+    const size_t n = (size_t)PB * PT * 3 * PC;
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += g16[i] != g32[i];
+    cr_expect_neq(c16, c32, "the cost is fp32's bits (%.9g)", (double)c32);
+    cr_expect_gt(differ, n / 2, "%zu of %zu gradients differ from fp32's", differ, n);
+    free(g16);
+    free(g32);
+}
 
 /* The packed builder's errors name the node, the input and what is wrong. */
 typedef struct {
