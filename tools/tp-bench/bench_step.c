@@ -589,8 +589,9 @@ static void s_usage(void) {
            "256,\n"
            "       batch 4 (bench/peers/gpt_cpu.sh's); --profile: per op kind, then the\n"
            "       products (batch_matmul) per node\n"
-           "  --bf16: the CPU's matrix products and direct convolutions on bf16 operands,\n"
-           "       fp32 sums (as tp-train --bf16 and TP_CPU_BF16=1)\n");
+           "  --bf16: the CPU's matrix products, direct convolutions and attention tile\n"
+           "       products on bf16 operands, fp32 sums (as tp-train --bf16 and\n"
+           "       TP_CPU_BF16=1)\n");
 }
 
 /* ---- the GPT's step ------------------------------------------------------------ */

@@ -64,8 +64,9 @@ static const char *s_usage =
 "                     where that folder cannot be written); 'none' for none\n"
 "  --batch N          rows per call (default 256)\n"
 "  --threads N        BLAS threads (default: OpenBLAS's)\n"
-"  --bf16             the CPU's matrix products and direct convolutions on\n"
-"                     bf16 operands with fp32 sums (as tp-train --bf16; a\n"
+"  --bf16             the CPU's matrix products, direct convolutions and\n"
+"                     attention tile products on bf16 operands with fp32\n"
+"                     sums (as tp-train --bf16; a\n"
 "                     warning, and fp32, where the CPU lacks bf16; default:\n"
 "                     $TP_CPU_BF16)\n";
 
