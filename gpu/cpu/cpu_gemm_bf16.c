@@ -45,30 +45,32 @@ size_t tp_gemm_bf16_room_bytes(size_t m, size_t n, size_t k) {
 
 /* c[RB x 32] = a's RB rows x b's panel (+ bias) (+ c): a's pair (r, h)
  * at a[h * 8 + r] (a block of 8 rows), b's panel row h at b + h * 32
- * (pairs) */
+ * (pairs). Every loop over rows and vectors unrolled (the pragmas): the
+ * accumulators then stay in registers around the k loop (without them
+ * GCC 12 kept them on the stack outside it, 9% of the kernel's time at k
+ * 256). */
 #define S_BLOCK(RB)                                                                       \
     S_BF16 static void s_block_##RB(size_t kh, const uint32_t *a, const uint32_t *b,      \
                                     float *c, size_t ldc, int how, const float *bias) {   \
         __m512 acc[RB][2];                                                                \
         if (how & S_PREFETCH_C)                                                           \
-            for (int r = 0; r < RB; r++) {                                                \
+            _Pragma("GCC unroll 8") for (int r = 0; r < RB; r++) {                        \
                 _mm_prefetch((const char *)(c + (size_t)r * ldc), _MM_HINT_ET0);          \
                 _mm_prefetch((const char *)(c + (size_t)r * ldc + 16), _MM_HINT_ET0);     \
             }                                                                             \
-        for (int r = 0; r < RB; r++)                                                      \
-            acc[r][0] = acc[r][1] = _mm512_setzero_ps();                                  \
-        for (size_t h = 0; h < kh; h++) {                                                 \
-            const __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)(b + h * 32));  \
-            const __m512bh b1 =                                                           \
-                (__m512bh)_mm512_load_si512((const void *)(b + h * 32 + 16));             \
-            for (int r = 0; r < RB; r++) {                                                \
-                const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[h * 8 + (size_t)r]); \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RB; r++) acc[r][0] = acc[r][1] =      \
+            _mm512_setzero_ps();                                                          \
+        for (const uint32_t *end = a + kh * 8; a < end; a += 8, b += 32) {                \
+            const __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)b);             \
+            const __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(b + 16));      \
+            _Pragma("GCC unroll 8") for (int r = 0; r < RB; r++) {                        \
+                const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[r]);                \
                 acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);                           \
                 acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);                           \
             }                                                                             \
         }                                                                                 \
-        for (int r = 0; r < RB; r++)                                                      \
-            for (int v = 0; v < 2; v++) {                                                 \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RB; r++)                              \
+            _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++) {                         \
                 float *p = c + (size_t)r * ldc + (size_t)v * 16;                          \
                 if (bias)                                                                 \
                     acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_loadu_ps(bias + v * 16)); \
@@ -160,25 +162,45 @@ S_BF16 static void s_pack8(const float *src, size_t ld, size_t k, size_t rows, u
     }
 }
 
-/* a transposed, pairs [h0, h1): each pair's m rows 16 at a time, their
- * halves into two blocks */
+/* One pair h of a transposed a's rows [i, i + 16) (those past m not
+ * written) into their two blocks. */
+S_BF16 static void s_pack_a_pair16(__m512i v, size_t i, size_t m, size_t kh, size_t h,
+                                   uint32_t *out) {
+    const __mmask16 mk = s_mask16(m - i);
+    _mm512_mask_storeu_epi32(out + i * kh + h * 8, (__mmask16)(mk & 0xff), v);
+    if (mk >> 8)
+        _mm512_mask_storeu_epi32(out + (i + 8) * kh + h * 8 - 8, (__mmask16)(mk & 0xff00), v);
+}
+
+/* a transposed, pairs [h0, h1): two pairs' 16 rows at a time, each
+ * block's 8 rows of both pairs one whole line; the rows in strips of 128
+ * (16 blocks), so that a pair's stores go to 16 pages, not m / 8 (a's
+ * 1,024 rows over 128 pages took 19% of a dW product at k 1,024). */
+enum { S_AT = 128 };
+
 S_BF16 static void s_pack_a_pairs(const float *a, size_t lda, size_t m, size_t k, size_t h0,
                                   size_t h1, uint32_t *out) {
     const size_t kh = s_kh(k);
-    for (size_t h = h0; h < h1; h++) {
-        const float *r0 = a + 2 * h * lda, *r1 = 2 * h + 1 < k ? r0 + lda : NULL;
-        for (size_t i = 0; i < m; i += 16) {
-            const __m512i v = s_pairs16(r0, r1, i, m);
-            uint32_t *o0 = out + i * kh + h * 8, *o1 = out + (i + 8) * kh + h * 8;
-            if (m - i >= 16) {
-                _mm256_storeu_si256((__m256i *)o0, _mm512_castsi512_si256(v));
-                _mm256_storeu_si256((__m256i *)o1, _mm512_extracti64x4_epi64(v, 1));
-                continue;
+    for (size_t i0 = 0; i0 < m; i0 += S_AT) {
+        const size_t i1 = m - i0 < S_AT ? m : i0 + S_AT;
+        for (size_t h = h0; h < h1; h += 2) {
+            const float *r0 = a + 2 * h * lda, *r1 = 2 * h + 1 < k ? r0 + lda : NULL;
+            const float *r2 = r0 + 2 * lda, *r3 = 2 * h + 3 < k ? r2 + lda : NULL;
+            const int two = h + 1 < h1;
+            for (size_t i = i0; i < i1; i += 16) {
+                const __m512i v0 = s_pairs16(r0, r1, i, m);
+                if (!two || m - i < 16) {
+                    s_pack_a_pair16(v0, i, m, kh, h, out);
+                    if (two)
+                        s_pack_a_pair16(s_pairs16(r2, r3, i, m), i, m, kh, h + 1, out);
+                    continue;
+                }
+                const __m512i v1 = s_pairs16(r2, r3, i, m);
+                _mm512_storeu_si512((void *)(out + i * kh + h * 8),
+                                    _mm512_shuffle_i64x2(v0, v1, 0x44));
+                _mm512_storeu_si512((void *)(out + (i + 8) * kh + h * 8),
+                                    _mm512_shuffle_i64x2(v0, v1, 0xee));
             }
-            const __mmask16 mk = s_mask16(m - i);
-            _mm512_mask_storeu_epi32(o0, (__mmask16)(mk & 0xff), v);
-            if (mk >> 8)
-                _mm512_mask_storeu_epi32(o1 - 8, (__mmask16)(mk & 0xff00), v);
         }
     }
 }
