@@ -3,12 +3,15 @@
  * k not multiples of 8 or 32, k 0, 1 and odd) and the GPT's, a and b each
  * plain and transposed, with a bias and added to c (acc); the same bits
  * on one thread and two (the team splits rows and columns, never k), and
- * whichever way an operand is stored (the packing is one layout). */
+ * whichever way an operand is stored (the packing is one layout); and
+ * dnnl_matmul.c's bf16 products on it by default, on oneDNN's under
+ * TP_CPU_GEMM=dnnl. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/tensor.h>
+#include "gpu/cpu/cpu_bf16.h"
 #include "gpu/cpu/cpu_gemm_bf16.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/op_call_testutil.h"
@@ -163,4 +166,67 @@ Test(cpu_gemm_bf16, the_bits_depend_on_neither_threads_nor_storage) {
         s_free(&t);
     }
     s_free(&ref);
+}
+
+/* The dense layer's call with bf16 on (x [72, 1024] @ W [1024, 256] +
+ * bias, both gradients): by default on ours, y, dW (x^T dy) and dX (dy
+ * W^T) tp_gemm_bf16's bits; with TP_CPU_GEMM=dnnl on oneDNN's bf16
+ * matmul, whose y at k 1,024 sums in another order (other bits, within
+ * 1e-5). */
+Test(cpu_gemm_bf16, the_dense_layers_bf16_products_run_on_it) {
+    s_skip_without_bf16();
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("oneDNN reads no bf16 dot products on this CPU");
+    const int64_t r = 72, k = 1024, m = 256;
+    tp_backend_t *b = oct_backend();
+    oct_call_t t[2];
+    for (int p = 0; p < 2; p++) {
+        if (p)
+            setenv("TP_CPU_GEMM", "dnnl", 1);
+        const tp_shape_t in[2] = {{2, {r, k}}, {2, {k, m}}};
+        oct_call_init(&t[p], TP_OP_MATMUL, "fc/matmul", 2, in, (tp_shape_t){2, {r, m}}, 0,
+                      -1.0f, 1.0f);
+        t[p].b = malloc((size_t)m * sizeof(float));
+        cr_assert_not_null(t[p].b);
+        oct_fill(t[p].b, (size_t)m, 5u, -0.5f, 0.5f);
+        t[p].c.bias = t[p].b;
+        oct_plan(b, &t[p].c, &t[p].ws);
+        oct_run(b, &t[p].c);
+    }
+    unsetenv("TP_CPU_GEMM");
+    cr_assert(tp_cpu_bf16_on());
+    /* ours called directly on the same operands */
+    const size_t ny = (size_t)(r * m), nw = (size_t)(k * m), nx = (size_t)(r * k);
+    float *y = malloc(ny * sizeof(float)), *dw = malloc(nw * sizeof(float)),
+          *dx = malloc(nx * sizeof(float));
+    /* one room, enough for any of the three (y's, dW's, dX's) */
+    void *room = malloc(tp_gemm_bf16_room_bytes((size_t)k, (size_t)m, (size_t)r) +
+                        tp_gemm_bf16_room_bytes((size_t)r, (size_t)k, (size_t)m) +
+                        tp_gemm_bf16_room_bytes((size_t)r, (size_t)m, (size_t)k));
+    cr_assert(y && dw && dx && room);
+    const tp_gemm_bf16_t gy = {(size_t)r, (size_t)m, (size_t)k, t[0].x[0], (size_t)k, 0,
+                               t[0].x[1], (size_t)m, 0, y, (size_t)m, t[0].b, 0, room};
+    const tp_gemm_bf16_t gw = {(size_t)k, (size_t)m, (size_t)r, t[0].x[0], (size_t)k, 1,
+                               t[0].dy, (size_t)m, 0, dw, (size_t)m, NULL, 0, room};
+    const tp_gemm_bf16_t gx = {(size_t)r, (size_t)k, (size_t)m, t[0].dy, (size_t)m, 0,
+                               t[0].x[1], (size_t)m, 1, dx, (size_t)k, NULL, 0, room};
+    tp_gemm_bf16(&gy);
+    tp_gemm_bf16(&gw);
+    tp_gemm_bf16(&gx);
+    cr_expect_eq(memcmp(t[0].y, y, ny * sizeof(float)), 0, "y: not ours");
+    cr_expect_eq(memcmp(t[0].dx[1], dw, nw * sizeof(float)), 0, "dW: not ours");
+    cr_expect_eq(memcmp(t[0].dx[0], dx, nx * sizeof(float)), 0, "dX: not ours");
+    cr_expect_neq(memcmp(t[1].y, y, ny * sizeof(float)), 0,
+                  "y: TP_CPU_GEMM=dnnl gave ours' bits (not oneDNN's route?)");
+    oct_close(t[1].y, y, ny, 1e-5f, "y, oneDNN against ours");
+    oct_close(t[1].dx[1], dw, nw, 1e-5f, "dW, oneDNN against ours");
+    oct_close(t[1].dx[0], dx, nx, 1e-5f, "dX, oneDNN against ours");
+    free(y);
+    free(dw);
+    free(dx);
+    free(room);
+    oct_call_free(&t[0]);
+    oct_call_free(&t[1]);
+    cr_assert_eq(tp_backend_cpu_bf16(0), 0);
+    tp_backend_destroy(&b);
 }
