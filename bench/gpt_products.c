@@ -30,17 +30,11 @@
  * links it so:
  *
  *   cmake --build build --target gpt_products
- *   OMP_WAIT_POLICY=passive build/bench/gpt_products [--variants | --bf16] [--rounds N]
+ *   OMP_WAIT_POLICY=passive build/bench/gpt_products [--variants] [--rounds N]
  *      [--reps N] [R C V]
  *
  * --variants: instead of the routes, the other forms of each product that
- * oneDNN 2.6's API allows, 1 thread, against today's form (s_variants).
- * --bf16: instead, each product in bf16 at 1 thread the two ways
- * dnnl_matmul.c can run it under TP_CPU_BF16=1: both operands rounded
- * into buffers (tp_cpu_f32_to_bf16) then oneDNN's bf16 matmul, against
- * our bf16 GEMM (tp_gemm_bf16: the rounding writes its packed layout),
- * each call's conversion timed with it; GF/s against the bf16 peak, and
- * the largest difference between the two outputs (s_bf16). */
+ * oneDNN 2.6's API allows, 1 thread, against today's form (s_variants). */
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -48,10 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include "gpu/cpu/cpu_bf16.h"
-#include "gpu/cpu/cpu_gemm_bf16.h"
-#include "gpu/cpu/cpu_pool.h"
 
 static double s_clock(clockid_t id) {
     struct timespec t;
@@ -67,21 +57,15 @@ static void s_die(const char *what) {
     exit(1);
 }
 
-/* [rows, cols] of dt with leading dimension ld, or (tr) its transpose's
- * storage */
-static void s_md_dt(dnnl_memory_desc_t *md, long rows, long cols, long ld, int tr,
-                    dnnl_data_type_t dt) {
+/* [rows, cols] with leading dimension ld, or (tr) its transpose's storage */
+static void s_md(dnnl_memory_desc_t *md, long rows, long cols, long ld, int tr) {
     dnnl_dims_t d = {rows, cols}, s = {ld, 1};
     if (tr) {
         s[0] = 1;
         s[1] = ld;
     }
-    if (dnnl_memory_desc_init_by_strides(md, 2, d, dt, s) != dnnl_success)
+    if (dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s) != dnnl_success)
         s_die("dnnl_memory_desc_init_by_strides");
-}
-
-static void s_md(dnnl_memory_desc_t *md, long rows, long cols, long ld, int tr) {
-    s_md_dt(md, rows, cols, ld, tr, dnnl_f32);
 }
 
 typedef struct {
@@ -176,83 +160,6 @@ static double s_median(double *v, int n) {
 }
 
 enum { MAXR = 64, NROUTES = 8, NVAR = 5 };
-
-/* A product: C[m,n] = op(A) op(B) */
-typedef struct {
-    const char *name;
-    long m, n, k;
-    int ta, tb;
-} s_shape_t;
-
-/* --bf16: per product, oneDNN's bf16 matmul on operands rounded into
- * buffers (as dnnl_matmul.c's k.bf16 runs it) against tp_gemm_bf16,
- * alternated within a round, 1 thread, CPU time */
-static int s_bf16(const s_shape_t *sh, int nsh, int rounds, int reps) {
-    omp_set_num_threads(1);
-    tp_cpu_threads_set(1);
-    if (!tp_gemm_bf16_ok()) {
-        fprintf(stderr, "bench-gpt-products: --bf16: this CPU has no AVX512_BF16\n");
-        return 1;
-    }
-    const double peak = 235.6; /* GF/s: one VDPBF16PS zmm a cycle (docs/performance.md) */
-    printf("bf16 products, 1 thread; %d rounds of %d calls, medians; us a call\n", rounds,
-           reps);
-    printf("%-11s | %8s %6s %5s | %8s %6s %5s | %6s | %s\n", "product", "dnnl", "GF/s", "peak",
-           "ours", "GF/s", "peak", "ratio", "max |diff| / max |c|");
-    double tot[2] = {0};
-    for (int i = 0; i < nsh; i++) {
-        const long m = sh[i].m, n = sh[i].n, k = sh[i].k;
-        const int ta = sh[i].ta, tb = sh[i].tb;
-        const long lda = ta ? m : k, ldb = tb ? k : n;
-        float *A = s_fill((size_t)(m * k)), *B = s_fill((size_t)(k * n));
-        float *c1 = s_fill((size_t)(m * n)), *c2 = s_fill((size_t)(m * n));
-        uint16_t *a16 = malloc((size_t)(m * k) * 2), *b16 = malloc((size_t)(k * n) * 2);
-        void *room = aligned_alloc(64, (tp_gemm_bf16_room_bytes((size_t)m, (size_t)n,
-                                                                (size_t)k) + 63) & ~(size_t)63);
-        if (!a16 || !b16 || !room)
-            s_die("malloc");
-        s_prim_t P;
-        s_md_dt(&P.a, m, k, lda, ta, dnnl_bf16);
-        s_md_dt(&P.b, k, n, ldb, tb, dnnl_bf16);
-        s_md(&P.c, m, n, n, 0);
-        s_make_mds(&P, 0, NULL);
-        const tp_gemm_bf16_t g = {(size_t)m, (size_t)n, (size_t)k, A, (size_t)lda, ta,
-                                  B, (size_t)ldb, tb, c2, (size_t)n, NULL, 0, room};
-        double v[2][MAXR];
-        for (int r = 0; r < rounds; r++) {
-            double t0 = s_clock(CLOCK_THREAD_CPUTIME_ID);
-            for (int j = 0; j < reps; j++) {
-                tp_cpu_f32_to_bf16(a16, A, (size_t)(m * k));
-                tp_cpu_f32_to_bf16(b16, B, (size_t)(k * n));
-                s_run(&P, 0, (const float *)(void *)a16, (const float *)(void *)b16, c1);
-            }
-            v[0][r] = (s_clock(CLOCK_THREAD_CPUTIME_ID) - t0) / reps;
-            t0 = s_clock(CLOCK_THREAD_CPUTIME_ID);
-            for (int j = 0; j < reps; j++)
-                tp_gemm_bf16(&g);
-            v[1][r] = (s_clock(CLOCK_THREAD_CPUTIME_ID) - t0) / reps;
-        }
-        double diff = 0, big = 0;
-        for (long e = 0; e < m * n; e++) {
-            const double d = c1[e] > c2[e] ? c1[e] - c2[e] : c2[e] - c1[e];
-            diff = d > diff ? d : diff;
-            big = (c1[e] > 0 ? c1[e] : -c1[e]) > big ? (c1[e] > 0 ? c1[e] : -c1[e]) : big;
-        }
-        const double md = s_median(v[0], rounds), mo = s_median(v[1], rounds);
-        tot[0] += md;
-        tot[1] += mo;
-        const double f = 2.0 * (double)m * (double)n * (double)k * 1e-9;
-        printf("%-11s | %8.0f %6.1f %4.0f%% | %8.0f %6.1f %4.0f%% | %6.3f | %.2g\n", sh[i].name,
-               md * 1e6, f / md, 100 * f / md / peak, mo * 1e6, f / mo, 100 * f / mo / peak,
-               md / mo, big > 0 ? diff / big : diff);
-        free(A), free(B), free(c1), free(c2), free(a16), free(b16), free(room);
-        free(P.pad[0]), free(P.pad[1]);
-        dnnl_primitive_destroy(P.p);
-    }
-    printf("%-11s | %8.0f %6s %5s | %8.0f %6s %5s | %6.3f\n", "sum", tot[0] * 1e6, "", "",
-           tot[1] * 1e6, "", "", tot[0] / tot[1]);
-    return 0;
-}
 
 /* [1, rows, cols] with leading dimension ld, or (tr) its transpose's
  * storage: a batch of one, as batch_matmul's batched route hands it */
@@ -454,10 +361,10 @@ static int s_variants(long R, long C, long V, int rounds, int reps) {
 
 
 int main(int argc, char **argv) {
-    int rounds = 7, reps = 10, ai = 1, variants = 0, bf16 = 0;
+    int rounds = 7, reps = 10, ai = 1, variants = 0;
     for (; ai < argc && argv[ai][0] == '-'; ai += 2) {
-        if (!strcmp(argv[ai], "--variants") || !strcmp(argv[ai], "--bf16")) {
-            *(argv[ai][2] == 'v' ? &variants : &bf16) = 1;
+        if (!strcmp(argv[ai], "--variants")) {
+            variants = 1;
             ai--;
             continue;
         }
@@ -471,10 +378,7 @@ int main(int argc, char **argv) {
     const long R = ai < argc ? atol(argv[ai]) : 1024, C = ai + 1 < argc ? atol(argv[ai + 1]) : 256,
                V = ai + 2 < argc ? atol(argv[ai + 2]) : 256;
     if (rounds < 1 || rounds > MAXR || reps < 1 || R < 2 || C < 1 || V < 1) {
-        fprintf(stderr,
-                "usage: bench-gpt-products [--variants | --bf16] [--rounds 1-%d] [--reps N] "
-                "[R C V]\n",
-                MAXR);
+        fprintf(stderr, "usage: bench-gpt-products [--rounds 1-%d] [--reps N] [R C V]\n", MAXR);
         return 2;
     }
     if (dnnl_engine_create(&s_eng, dnnl_cpu, 0) != dnnl_success)
@@ -483,7 +387,11 @@ int main(int argc, char **argv) {
         if (dnnl_stream_create(&s_str[i], s_eng, dnnl_stream_default_flags) != dnnl_success)
             s_die("dnnl_stream_create");
     /* name, m, n, k, ta, tb (C[m,n] = op(A) op(B)) */
-    const s_shape_t sh[] = {
+    const struct {
+        const char *name;
+        long m, n, k;
+        int ta, tb;
+    } sh[] = {
         {"qkv fwd", R, 3 * C, C, 0, 0},      {"qkv dX", R, C, 3 * C, 0, 1},
         {"qkv dW", C, 3 * C, R, 1, 0},       {"proj fwd", R, C, C, 0, 0},
         {"proj dX", R, C, C, 0, 1},          {"proj dW", C, C, R, 1, 0},
@@ -496,8 +404,6 @@ int main(int argc, char **argv) {
     const int nsh = (int)(sizeof sh / sizeof sh[0]);
     if (variants)
         return s_variants(R, C, V, rounds, reps);
-    if (bf16)
-        return s_bf16(sh, nsh, rounds, reps);
     printf("R %ld, C %ld, V %ld; %d rounds of %d calls, medians; us a call\n", R, C, V, rounds,
            reps);
     printf("%-11s | %8s %6s %8s %6s | %8s %8s %8s %8s %8s %8s | %s\n", "product", "dnnl@1",
