@@ -7,11 +7,12 @@
  * it straight into the layout the register kernel reads, pairs of k side
  * by side (VDPBF16PS multiplies a pair by a pair and adds both to one
  * fp32 lane):
- *   a: plain a (a(i, l) = a[i * lda + l]) as rows of pairs, row i's pair
- *      h at i * kh + h (kh = k / 2 rounded up, k odd padded with a zero);
- *      a transposed (a(i, l) = a[l * lda + i]) as pair rows, pair h's
- *      row i at h * m + i (8 rows of one pair contiguous, as the fp32
- *      kernel reads a transposed a);
+ *   a: in blocks of 8 rows, row i's pair h at (i / 8) 8 kh + h 8 + i % 8
+ *      (kh = k / 2 rounded up, k odd padded with a zero): one block's 8
+ *      pairs at one h contiguous, a block's whole strip read in order;
+ *      from a plain (a(i, l) = a[i * lda + l]) by 8 x 16 transposes in
+ *      registers, from a transposed (a(i, l) = a[l * lda + i]) two of its
+ *      rows a pair;
  *   b: panels of 32 columns, panel p's pair h of column j at
  *      p * 32 kh + h * 32 + j % 32 (a pair = two bf16, k even low), the
  *      columns past n zero, from b plain (b(l, j) = b[l * ldb + j]) or
@@ -22,7 +23,11 @@
  * rows and column blocks, never k: the bits do not depend on the thread
  * count. Its own room (not grown cpu_gemm.c): the kernel, its packing and
  * its room differ from the fp32 one's in every line; only the drivers'
- * shape (column blocks of 256, parts of 64 rows) is the same. */
+ * shape (column blocks of 256, parts of 64 rows) is the same.
+ * dnnl_matmul.c runs the bf16 products on it by default (TP_CPU_GEMM=dnnl:
+ * oneDNN's bf16 matmul): the GPT's fifteen products at 89-93% of the bf16
+ * peak (235.6 GF/s a core, bench/bf16_peak.c), the conversion counted,
+ * 1.01-1.05x oneDNN's route (docs/performance.md, branch bf16gemm). */
 #ifndef TOWERPACK_GPU_CPU_GEMM_BF16_H
 #define TOWERPACK_GPU_CPU_GEMM_BF16_H
 

@@ -53,10 +53,16 @@ static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
  * overall (1.005-1.023): no shape class where it measures faster, so
  * oneDNN keeps them all. At k <= 512 with b plain, ours gives oneDNN's
  * bits (tests/gpu/test_cpu_gemm.c).
- * bf16: ours unless TP_CPU_GEMM=dnnl (S_BF16_OURS below says why). */
+ * bf16: ours unless TP_CPU_GEMM=dnnl. Its conversion to bf16 writes the
+ * packed layout its kernel reads, where oneDNN's route converts both
+ * operands into buffers and its brgemm then lays B out in pairs again: on
+ * each of the GPT's fifteen products at 1,024 rows, one thread, ours ran
+ * 1.01-1.05x oneDNN's bf16 speed (1.03x over the fifteen, both with the
+ * conversions), and the one-thread bf16 step 1.037x (median of 7
+ * alternated rounds; docs/performance.md, branch bf16gemm). */
 enum { S_OURS_NONE = 0, S_OURS_F32 = 1, S_OURS_BF16 = 2 };
 
-/* bf16's default: 1 for ours, 0 for oneDNN's bf16 matmul */
+/* bf16's default (TP_CPU_GEMM unset): 1 for ours, 0 for oneDNN's */
 enum { S_BF16_OURS = 1 };
 
 static int s_ours(int relu) {
