@@ -57,9 +57,10 @@ static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
  * packed layout its kernel reads, where oneDNN's route converts both
  * operands into buffers and its brgemm then lays B out in pairs again: on
  * each of the GPT's fifteen products at 1,024 rows, one thread, ours ran
- * 1.01-1.05x oneDNN's bf16 speed (1.03x over the fifteen, both with the
- * conversions), and the one-thread bf16 step 1.037x (median of 7
- * alternated rounds; docs/performance.md, branch bf16gemm). */
+ * 1.00-1.11x oneDNN's bf16 speed (1.03x over the fifteen, both with the
+ * conversions), the one-thread bf16 step 1.03-1.04x (two sets of 7
+ * alternated rounds) and gpt_cpu.sh's bf16 loop 1.04x
+ * (docs/performance.md, branch bf16gemm). */
 enum { S_OURS_NONE = 0, S_OURS_F32 = 1, S_OURS_BF16 = 2 };
 
 /* bf16's default (TP_CPU_GEMM unset): 1 for ours, 0 for oneDNN's */
