@@ -5,7 +5,9 @@
  * as the CUDA backend's bf16 does with cuBLAS; tensors, weights and the
  * optimizer stay fp32. oneDNN 2.6's fp32 primitives do not round for us
  * on AVX-512 (its fpmath mode acts on AMX only), so the operands are
- * converted here into the op's workspace before each product. */
+ * converted here into the op's workspace before each product. That is
+ * oneDNN's route (TP_CPU_GEMM=dnnl); by default the products run on our
+ * bf16 GEMM (cpu_gemm_bf16.h), whose packing does the rounding. */
 #ifndef TOWERPACK_GPU_CPU_BF16_H
 #define TOWERPACK_GPU_CPU_BF16_H
 

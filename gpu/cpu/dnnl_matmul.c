@@ -22,6 +22,7 @@
 
 #include "gpu/cpu/cpu_bf16.h"
 #include "gpu/cpu/cpu_gemm.h"
+#include "gpu/cpu/cpu_gemm_bf16.h"
 #include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/dnnl_ops.h"
 
@@ -41,34 +42,71 @@ typedef struct {
  * but the 10-column head's dW, a few microseconds either way). */
 static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
 
-/* Whether a product runs on our GEMM (cpu_gemm.h) instead; relu: a
- * post-op ours lacks.
- * TP_CPU_GEMM=own: wherever it can (A/B, and the tests' way to it); else
- * never. Measured against oneDNN on each of the GPT's fifteen products at
- * 512 rows (bench/gpt_products --ours, docs/performance.md, branch
- * gpt20), ours with b packed inside the call was slower on every one
- * (0.91-0.99 of oneDNN's speed, 0.944 over the step's products), and with
- * b packed ahead even overall (1.005-1.023): no shape class where it
- * measures faster, so oneDNN keeps them all. At k <= 512 with b plain,
- * ours gives oneDNN's bits (tests/gpu/test_cpu_gemm.c). */
+/* Which of our GEMMs runs a product instead of oneDNN: S_OURS_NONE,
+ * S_OURS_F32 (cpu_gemm.h) or S_OURS_BF16 (cpu_gemm_bf16.h, with bf16 on);
+ * relu: a post-op ours lack.
+ * fp32: TP_CPU_GEMM=own wherever it can (A/B, and the tests' way to it);
+ * else never. Measured against oneDNN on each of the GPT's fifteen
+ * products at 512 rows (docs/performance.md, branch gpt20), ours with b
+ * packed inside the call was slower on every one (0.91-0.99 of oneDNN's
+ * speed, 0.944 over the step's products), and with b packed ahead even
+ * overall (1.005-1.023): no shape class where it measures faster, so
+ * oneDNN keeps them all. At k <= 512 with b plain, ours gives oneDNN's
+ * bits (tests/gpu/test_cpu_gemm.c).
+ * bf16: ours unless TP_CPU_GEMM=dnnl. Its conversion to bf16 writes the
+ * packed layout its kernel reads, where oneDNN's route converts both
+ * operands into buffers and its brgemm then lays B out in pairs again: on
+ * each of the GPT's fifteen products at 1,024 rows, one thread, ours ran
+ * 1.00-1.11x oneDNN's bf16 speed (1.03x over the fifteen, both with the
+ * conversions), the one-thread bf16 step 1.03-1.04x (two sets of 7
+ * alternated rounds) and gpt_cpu.sh's bf16 loop 1.04x
+ * (docs/performance.md, branch bf16gemm). */
+enum { S_OURS_NONE = 0, S_OURS_F32 = 1, S_OURS_BF16 = 2 };
+
+/* bf16's default (TP_CPU_GEMM unset): 1 for ours, 0 for oneDNN's */
+enum { S_BF16_OURS = 1 };
+
 static int s_ours(int relu) {
     static int avx512 = -1;
     if (avx512 < 0)
         avx512 = __builtin_cpu_supports("avx512f") != 0;
-    return avx512 && !relu && !tp_cpu_bf16_on() && tp_dnnl_ops_path("TP_CPU_GEMM") == 0;
+    const int path = tp_dnnl_ops_path("TP_CPU_GEMM");
+    if (relu || !avx512)
+        return S_OURS_NONE;
+    if (tp_cpu_bf16_on())
+        return tp_gemm_bf16_ok() && (path == 0 || (path < 0 && S_BF16_OURS)) ? S_OURS_BF16
+                                                                             : S_OURS_NONE;
+    return path == 0 ? S_OURS_F32 : S_OURS_NONE;
 }
 
-/* y[m, n] (+)= op(a) op(b) (+ bias) on our GEMM, b packed into the
- * workspace; *done 0 (oneDNN's turn) when the workspace is short. */
-static void s_run_ours(const tp_op_call_t *c, int64_t m, int64_t n, int64_t k, const float *a,
-                       int ta, const float *b, int tb, const float *bias, int acc, float *y,
-                       int *done) {
+/* Bytes of our GEMM's room for y[m, n] = op(a)[m, k] op(b)[k, n]: b's
+ * panels (fp32), both operands packed (bf16); 0 with none of ours. */
+static size_t s_ours_room(int ours, int64_t m, int64_t n, int64_t k) {
+    if (ours == S_OURS_BF16)
+        return tp_gemm_bf16_room_bytes((size_t)m, (size_t)n, (size_t)k);
+    return ours == S_OURS_F32 ? tp_gemm_pack_bytes((size_t)k, (size_t)n) : 0;
+}
+
+/* y[m, n] (+)= op(a) op(b) (+ bias) on our GEMM `ours`, the operands
+ * packed into the workspace; *done 0 (oneDNN's turn) when the workspace
+ * is short. */
+static void s_run_ours(const tp_op_call_t *c, int ours, int64_t m, int64_t n, int64_t k,
+                       const float *a, int ta, const float *b, int tb, const float *bias,
+                       int acc, float *y, int *done) {
+    *done = c->workspace && c->workspace_bytes >= s_ours_room(ours, m, n, k);
+    if (!*done)
+        return;
+    if (ours == S_OURS_BF16) {
+        const tp_gemm_bf16_t g = {(size_t)m, (size_t)n, (size_t)k, a, (size_t)(ta ? m : k),
+                                  ta, b, (size_t)(tb ? k : n), tb, y, (size_t)n, bias, acc,
+                                  c->workspace};
+        tp_gemm_bf16(&g);
+        return;
+    }
     const tp_gemm_t g = {(size_t)m, (size_t)n, (size_t)k, a, (size_t)(ta ? m : k), ta, b,
                          (size_t)(tb ? k : n), tb, 0, y, (size_t)n, bias, acc,
                          c->workspace};
-    *done = c->workspace_bytes >= tp_gemm_room_bytes(&g) && c->workspace;
-    if (*done)
-        tp_gemm(&g);
+    tp_gemm(&g);
 }
 
 static void s_dims(const tp_op_call_t *c, int64_t *n, int64_t *k, int64_t *m) {
@@ -277,11 +315,10 @@ size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
         return 0;
     size_t most = 0;
     const int relu = c->attr && c->attr->act == TP_ACT_RELU;
-    /* our GEMM's packed b: the forward's W [k, m], dW's dy [n, m], dX's
-     * W^T [m, k] */
-    const size_t room[3] = {s_ours(relu) ? tp_gemm_pack_bytes((size_t)k, (size_t)m) : 0,
-                            s_ours(0) ? tp_gemm_pack_bytes((size_t)n, (size_t)m) : 0,
-                            s_ours(0) ? tp_gemm_pack_bytes((size_t)m, (size_t)k) : 0};
+    /* our GEMM's room: the forward's y [n, m] = x W (k), dW [k, m] = x^T
+     * dy (n), dX [n, k] = dy W^T (m) */
+    const size_t room[3] = {s_ours_room(s_ours(relu), n, m, k), s_ours_room(s_ours(0), k, m, n),
+                            s_ours_room(s_ours(0), n, k, m)};
     /* the forward, and both gradients in either mode (a plan does not yet
      * know which consumer writes first) */
     for (int which = S_FWD; which <= S_DX; which++)
@@ -306,7 +343,7 @@ size_t tp_dnnl_bmm_workspace(const tp_op_call_t *c, const tp_dnnl_bmm_t *p) {
     if (!s_use_dnnl() || !p->nb || !p->m || !p->n || !p->k)
         return 0;
     if (s_ours(0))
-        return tp_gemm_pack_bytes((size_t)p->k, (size_t)p->n);
+        return s_ours_room(s_ours(0), p->m, p->n, p->k);
     tp_dnnl_prim_t *e;
     int owned;
     if (s_bmm_entry(c, p, &e, &owned) != TP_OK)
@@ -475,12 +512,13 @@ tp_status_t tp_dnnl_bmm(const tp_op_call_t *c, const tp_dnnl_bmm_t *p, const flo
     *done = 0;
     if (!s_use_dnnl() || !p->nb || !p->m || !p->n || !p->k)
         return TP_OK;
-    if (s_ours(0)) { /* batch by batch, b packed per batch */
+    const int ours = s_ours(0);
+    if (ours) { /* batch by batch, the operands packed per batch */
         const size_t sa = (size_t)(p->m * p->k), sb = (size_t)(p->k * p->n),
                      sy = (size_t)(p->m * p->n);
         for (int64_t q = 0; q < p->nb; q++) {
-            s_run_ours(c, p->m, p->n, p->k, a + q * sa, p->ta, b + q * sb, p->tb, NULL, p->acc,
-                       y + q * sy, done);
+            s_run_ours(c, ours, p->m, p->n, p->k, a + q * sa, p->ta, b + q * sb, p->tb, NULL,
+                       p->acc, y + q * sy, done);
             if (!*done) {
                 TP_ASSERT(q == 0); /* the same room for every batch */
                 break;
@@ -567,8 +605,9 @@ tp_status_t tp_dnnl_matmul_forward(const tp_op_call_t *c, int *done) {
     s_dims(c, &n, &k, &m);
     if (!s_use_dnnl() || !n || !k || !m) /* an empty product: OpenBLAS's path */
         return TP_OK;
-    if (s_ours(c->attr && c->attr->act == TP_ACT_RELU)) {
-        s_run_ours(c, n, m, k, c->x[0], 0, c->x[1], 0, c->bias, 0, c->y, done);
+    const int ours = s_ours(c->attr && c->attr->act == TP_ACT_RELU);
+    if (ours) {
+        s_run_ours(c, ours, n, m, k, c->x[0], 0, c->x[1], 0, c->bias, 0, c->y, done);
         if (*done)
             return TP_OK;
     }
@@ -586,12 +625,10 @@ tp_status_t tp_dnnl_matmul_backward(const tp_op_call_t *c, int *done) {
      * the whole backward to OpenBLAS */
     /* ours where the rule says and its room fits (dW = x^T dy: a
      * transposed, k = n; dX = dy W^T: b transposed, k = m) */
-    const size_t room_w = tp_gemm_pack_bytes((size_t)n, (size_t)m),
-                 room_x = tp_gemm_pack_bytes((size_t)m, (size_t)k);
-    const int own_w = c->dx[1] && s_ours(0) && c->workspace &&
-                      c->workspace_bytes >= room_w,
-              own_x = c->dx[0] && s_ours(0) && c->workspace &&
-                      c->workspace_bytes >= room_x;
+    const int ours = s_ours(0);
+    const size_t room_w = s_ours_room(ours, k, m, n), room_x = s_ours_room(ours, n, k, m);
+    const int own_w = c->dx[1] && ours && c->workspace && c->workspace_bytes >= room_w,
+              own_x = c->dx[0] && ours && c->workspace && c->workspace_bytes >= room_x;
     int ok = 1;
     if (c->dx[1] && !own_w)
         TP_TRY(s_fits(c, S_DW, acc_w, &ok));
@@ -600,11 +637,11 @@ tp_status_t tp_dnnl_matmul_backward(const tp_op_call_t *c, int *done) {
     if (!ok)
         return TP_OK;
     if (own_w)
-        s_run_ours(c, k, m, n, c->x[0], 1, c->dy, 0, NULL, acc_w, c->dx[1], &ok);
+        s_run_ours(c, ours, k, m, n, c->x[0], 1, c->dy, 0, NULL, acc_w, c->dx[1], &ok);
     else if (c->dx[1])
         TP_TRY(s_run(c, S_DW, acc_w, c->x[0], c->dy, NULL, c->dx[1], &ok));
     if (ok && own_x)
-        s_run_ours(c, n, k, m, c->dy, 0, c->x[1], 1, NULL, acc_x, c->dx[0], &ok);
+        s_run_ours(c, ours, n, k, m, c->dy, 0, c->x[1], 1, NULL, acc_x, c->dx[0], &ok);
     else if (ok && c->dx[0])
         TP_TRY(s_run(c, S_DX, acc_x, c->dy, c->x[1], NULL, c->dx[0], &ok));
     TP_ASSERT(ok); /* s_fits said both run */
