@@ -26,7 +26,7 @@
  * shape (column blocks of 256, parts of 64 rows) is the same.
  * dnnl_matmul.c runs the bf16 products on it by default (TP_CPU_GEMM=dnnl:
  * oneDNN's bf16 matmul): the GPT's fifteen products at 89-93% of the bf16
- * peak (235.6 GF/s a core, bench/bf16_peak.c), the conversion counted,
+ * peak (235.6 GF/s a core, tp-bench step --bf16 --profile), the conversion counted,
  * 1.00-1.11x oneDNN's route (docs/performance.md, branch bf16gemm). */
 #ifndef TOWERPACK_GPU_CPU_GEMM_BF16_H
 #define TOWERPACK_GPU_CPU_GEMM_BF16_H
