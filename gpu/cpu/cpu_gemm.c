@@ -190,6 +190,18 @@ void tp_gemm_pack(const float *b, size_t ldb, int tb, size_t k, size_t n, float 
     s_pack_panels(b, ldb, tb, k, n, 0, (n + S_NR - 1) / S_NR, out);
 }
 
+void tp_gemm_tile_out(const float *tile, size_t ldt, size_t rows, size_t w, float *c,
+                      size_t ldc, const float *bias, int acc) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t t = 0; t < w; t++) {
+            float v = tile[r * ldt + t];
+            float *p = c + r * ldc + t;
+            if (bias)
+                v = v + bias[t];
+            *p = acc ? *p + v : v;
+        }
+}
+
 /* Columns [j, j + w) (w < 32: the last panel) of rows [i, i + rows): the
  * kernel into a tile, then its columns with the kernel's epilogue in the
  * kernel's order (the same bits as a whole panel's). */
@@ -197,14 +209,8 @@ static void s_edge(const tp_gemm_t *g, s_block_fn f, size_t rows, size_t i, size
                    const float *a, size_t ap, const float *bp) {
     float tile[8 * S_NR];
     f(g->k, a, g->lda, ap, bp, S_NR, tile, S_NR, 0, NULL);
-    for (size_t r = 0; r < rows; r++)
-        for (size_t t = 0; t < w; t++) {
-            float v = tile[r * S_NR + t];
-            float *p = g->c + (i + r) * g->ldc + j + t;
-            if (g->bias)
-                v = v + g->bias[j + t];
-            *p = g->acc ? *p + v : v;
-        }
+    tp_gemm_tile_out(tile, S_NR, rows, w, g->c + i * g->ldc + j, g->ldc,
+                     g->bias ? g->bias + j : NULL, g->acc);
 }
 
 /* Rows [i0, i1) (i0 a multiple of 8) of column block blk (S_NC columns)

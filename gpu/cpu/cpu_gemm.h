@@ -73,6 +73,13 @@ void tp_gemm_pack(const float *b, size_t ldb, int tb, size_t k, size_t n, float 
 /* The product, on the calling thread's team (tp_cpu_parallel). */
 void tp_gemm(const tp_gemm_t *g);
 
+/* The kernels' epilogue for a partial panel (both GEMMs, cpu_gemm_bf16.h
+ * too): rows x w sums of a tile (ldt apart) into c (ldc apart), + bias[t],
+ * then added to c's old value where acc, in the kernels' order (the same
+ * bits as a whole panel's). */
+void tp_gemm_tile_out(const float *tile, size_t ldt, size_t rows, size_t w, float *c,
+                      size_t ldc, const float *bias, int acc);
+
 typedef struct {
     size_t m, n, k;
     const float *a, *b;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gpu/cpu/cpu_gemm.h"
 #include "gpu/cpu/cpu_pool.h"
 
 #if defined(__clang__)
@@ -250,14 +251,8 @@ static void s_edge(const tp_gemm_bf16_t *g, s_block_fn f, size_t rows, size_t i,
                    size_t w, const uint32_t *a, const uint32_t *b) {
     float tile[8 * S_NR];
     f(s_kh(g->k), a, b, tile, S_NR, 0, NULL);
-    for (size_t r = 0; r < rows; r++)
-        for (size_t t = 0; t < w; t++) {
-            float v = tile[r * S_NR + t];
-            float *p = g->c + (i + r) * g->ldc + j + t;
-            if (g->bias)
-                v = v + g->bias[j + t];
-            *p = g->acc ? *p + v : v;
-        }
+    tp_gemm_tile_out(tile, S_NR, rows, w, g->c + i * g->ldc + j, g->ldc,
+                     g->bias ? g->bias + j : NULL, g->acc);
 }
 
 /* Rows [i0, i1) (i0 a multiple of 8) of column block blk, b's panel p at
