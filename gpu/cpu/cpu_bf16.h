@@ -1,9 +1,11 @@
 /* towerpack gpu: bf16 products on the CPU (tp_backend_cpu_bf16). With it
- * on, oneDNN's matrix products (dnnl_matmul.c: the dense layers and
- * batch_matmul) take their two operands rounded to bf16 (round to
+ * on, the matrix products (dnnl_matmul.c: the dense layers and
+ * batch_matmul), oneDNN's direct convolutions (dnnl_conv.c) and the fused
+ * attention's tile products (attention_bf16.h) take their two operands rounded to bf16 (round to
  * nearest even, 8 significant bits) and sum in fp32 into fp32 outputs,
  * as the CUDA backend's bf16 does with cuBLAS; tensors, weights and the
- * optimizer stay fp32. oneDNN 2.6's fp32 primitives do not round for us
+ * optimizer stay fp32 (the attention's softmax too). For the matrix
+ * products: oneDNN 2.6's fp32 primitives do not round for us
  * on AVX-512 (its fpmath mode acts on AMX only), so the operands are
  * converted here into the op's workspace before each product. That is
  * oneDNN's route (TP_CPU_GEMM=dnnl); by default the products run on our
