@@ -789,8 +789,14 @@ static tp_status_t s_allreduce_adam(tp_backend_t *b, tp_comm_t *c, int rank,
     TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
                             average));
     float sum[S_SUM_BLOCK];
+    const float mean = average ? 1.0f / (float)n : 1.0f; /* s_sum_to's scale */
     for (size_t i = lo, k = 0; i < hi; i += BL, k++) {
         const size_t e = hi - i < BL ? hi : i + BL;
+        if (n == 2) { /* the towers' case: the squares beside the sums */
+            c->sq[rank][k] = tp_cpu_sum2_sumsq_block(buf + i, c->bufs[0] + i,
+                                                     c->bufs[1] + i, e - i, mean);
+            continue;
+        }
         for (size_t j = i; j < e; j += S_SUM_BLOCK) {
             const size_t bm = e - j < S_SUM_BLOCK ? e - j : S_SUM_BLOCK;
             s_sum_to(c->bufs, n, j, bm, average, sum);
