@@ -749,9 +749,11 @@ static tp_status_t s_allreduce_sgd_wd(tp_backend_t *b, tp_comm_t *c, int rank,
  * allreduce_adam). The sum of squares is tp_cpu_sumsq's blocks added in
  * order, so each slice starts on a block: rank r sums its blocks into its
  * own buffer (1024 floats at a time, as s_sum_slice) and keeps each
- * block's squares, read back while the block is in L1, in its row of the
- * communicator; after the meeting every rank adds all the rows in rank
- * order, which is the blocks' order: grad_sumsq's bits over the whole
+ * block's squares, read back while the block is in L1 (two ranks: taken
+ * in the same loop as the sums, tp_cpu_sum2_sumsq_block, twice as fast
+ * in the GPT's 2 x 1 run), in its row of the communicator; after the
+ * meeting every rank adds all the rows in rank order, which is the
+ * blocks' order: grad_sumsq's bits over the whole
  * buffer without a pass over it. Then the update, with the clip's scale
  * applied in its own pass (tp_cpu_adam_scaled). Against allreduce and
  * the three calls a rank makes two passes over its slice of the

@@ -110,10 +110,15 @@ double tp_cpu_sumsq_block(const float *g, size_t n) { return s_sumsq_block(g, n)
  * ivdep: dst is a or b, but element i is read before it is written and
  * no other element is, so the vector loop is exact (without it the
  * compiler's overlap check sends dst == a down a scalar loop). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define S_IVDEP _Pragma("GCC ivdep")
+#else
+#define S_IVDEP
+#endif
 #define S_SUM2_SQ(MUL)                                                        \
     do {                                                                      \
         size_t i = 0;                                                         \
-        _Pragma("GCC ivdep") for (; i + 8 <= n; i += 8) for (int t = 0; t < 8; t++) { \
+        S_IVDEP for (; i + 8 <= n; i += 8) for (int t = 0; t < 8; t++) {      \
             const float x = (a[i + t] + b[i + t]) MUL;                        \
             dst[i + t] = x;                                                   \
             l[t] += (double)x * (double)x;                                    \
@@ -135,6 +140,7 @@ TP_CPU_CLONES static double s_sum2_sumsq_block(float *dst, const float *a, const
     return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 #undef S_SUM2_SQ
+#undef S_IVDEP
 
 double tp_cpu_sum2_sumsq_block(float *dst, const float *a, const float *b, size_t n,
                                float scale) {
