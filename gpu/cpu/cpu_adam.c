@@ -105,6 +105,48 @@ TP_CPU_CLONES static double s_sumsq_block(const float *restrict g, size_t n) {
 
 double tp_cpu_sumsq_block(const float *g, size_t n) { return s_sumsq_block(g, n); }
 
+/* s_sumsq_block's lanes over sums made in the same loop: element i's
+ * square into lane i % 8, each lane's adds in element order, as there.
+ * ivdep: dst is a or b, but element i is read before it is written and
+ * no other element is, so the vector loop is exact (without it the
+ * compiler's overlap check sends dst == a down a scalar loop). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define S_IVDEP _Pragma("GCC ivdep")
+#else
+#define S_IVDEP
+#endif
+#define S_SUM2_SQ(MUL)                                                        \
+    do {                                                                      \
+        size_t i = 0;                                                         \
+        S_IVDEP for (; i + 8 <= n; i += 8) for (int t = 0; t < 8; t++) {      \
+            const float x = (a[i + t] + b[i + t]) MUL;                        \
+            dst[i + t] = x;                                                   \
+            l[t] += (double)x * (double)x;                                    \
+        }                                                                     \
+        for (; i < n; i++) {                                                  \
+            const float x = (a[i] + b[i]) MUL;                                \
+            dst[i] = x;                                                       \
+            l[i % 8] += (double)x * (double)x;                                \
+        }                                                                     \
+    } while (0)
+
+TP_CPU_CLONES static double s_sum2_sumsq_block(float *dst, const float *a, const float *b,
+                                               size_t n, float scale) {
+    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (scale == 1.0f)
+        S_SUM2_SQ();
+    else
+        S_SUM2_SQ(*scale);
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+#undef S_SUM2_SQ
+#undef S_IVDEP
+
+double tp_cpu_sum2_sumsq_block(float *dst, const float *a, const float *b, size_t n,
+                               float scale) {
+    return s_sum2_sumsq_block(dst, a, b, n, scale);
+}
+
 /* Blocks [lo, hi) of a group: each block's sum into sq[k] (a range over
  * the pool; a block's sum is its own floats' alone, whatever the cut). */
 typedef struct {

@@ -33,4 +33,13 @@ double tp_cpu_sumsq(const float *g, size_t n);
 #define TP_CPU_SUMSQ_BLOCK 4096
 double tp_cpu_sumsq_block(const float *g, size_t n);
 
+/* Two ranks' all-reduce block and its squares in one loop: dst[i] = (a[i]
+ * + b[i]) x scale (scale 1: no multiply) for i in [0, n), n at most
+ * TP_CPU_SUMSQ_BLOCK, returning tp_cpu_sumsq_block(dst, n): the bits of
+ * the sums stored and then their squares read back, with the lanes' chain
+ * of adds beside the loads and stores rather than after them
+ * (allreduce_adam's first pass; dst may be a or b, element for element). */
+double tp_cpu_sum2_sumsq_block(float *dst, const float *a, const float *b, size_t n,
+                               float scale);
+
 #endif

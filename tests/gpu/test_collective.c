@@ -274,7 +274,10 @@ Test(collective, allreduce_fused_with_decayed_sgd_gives_allreduce_then_the_updat
  * start on the sum of squares' 4096-float blocks and the last is short;
  * gradients over six decades, so that a norm added in another order
  * would round differently. Clipped, not clipped (a norm under the clip),
- * no clip; AdamW's segments and Adam's none. */
+ * no clip; AdamW's segments and Adam's none. Two ranks (the GPT's 2
+ * towers x 1 thread) take their own loop, the sums' squares in the same
+ * pass (tp_cpu_sum2_sumsq_block): with the mean and without, and a
+ * length whose last block ends off the squares' eight lanes. */
 enum { S_AN = 20000, S_AR = 3 };
 static const size_t s_adam_seg[] = {0, 700, 4096, 4100, 8191, 8193, 13000, S_AN};
 static const float s_adam_decay[] = {0.1f, 0.0f, 0.02f, 0.5f, 0.0f, 0.07f, 0.3f};
@@ -283,7 +286,8 @@ enum { S_ADAM_NSEG = 7 };
 typedef struct {
     tp_backend_t *b;
     tp_comm_t *comm;
-    int rank, fused, nseg;
+    int rank, fused, nseg, average;
+    size_t count;
     float *g, *w, *m, *v;
     float clip;
     tp_status_t rc;
@@ -292,16 +296,20 @@ typedef struct {
 static void *s_adam_rank(void *p) {
     s_adam_arg_t *a = p;
     if (a->fused)
-        a->rc = a->b->ops->allreduce_adam(a->b, a->comm, a->rank, NULL, a->g, S_AN, 1,
+        a->rc = a->b->ops->allreduce_adam(a->b, a->comm, a->rank, NULL, a->g, a->count,
+                                          a->average,
                                           a->w, a->m, a->v, 1e-3f, 0.9f, 0.95f, 1e-8f, 3,
                                           a->clip, a->nseg ? s_adam_seg : NULL,
                                           a->nseg ? s_adam_decay : NULL, a->nseg);
     else
-        a->rc = a->b->ops->allreduce(a->b, a->comm, a->rank, NULL, a->g, S_AN, 1);
+        a->rc = a->b->ops->allreduce(a->b, a->comm, a->rank, NULL, a->g, a->count,
+                                     a->average);
     return NULL;
 }
 
-static void s_adam_case(tp_backend_t *b, float clip, int nseg) {
+/* nr ranks over the first `count` floats (all of them with segments) */
+static void s_adam_case(tp_backend_t *b, int nr, size_t count, int average, float clip,
+                        int nseg) {
     static float g[2][S_AR][S_AN], w[2][S_AN], m[2][S_AN], v[2][S_AN];
     uint64_t x = 4242;
     for (int i = 0; i < S_AN; i++) {
@@ -315,26 +323,27 @@ static void s_adam_case(tp_backend_t *b, float clip, int nseg) {
         v[0][i] = v[1][i] = (float)((i * 13) % 17) / 2900.0f;
     }
     for (int k = 0; k < 2; k++) {  /* k 0: the unfused calls; 1: fused */
-        tp_comm_t *comm = b->ops->comm_new(b, S_AR);
+        tp_comm_t *comm = b->ops->comm_new(b, nr);
         cr_assert_not_null(comm);
         pthread_t th[S_AR];
         s_adam_arg_t a[S_AR];
-        for (int r = 0; r < S_AR; r++) {
-            a[r] = (s_adam_arg_t){b, comm, r, k, nseg, g[k][r], w[k], m[k], v[k], clip, TP_OK};
+        for (int r = 0; r < nr; r++) {
+            a[r] = (s_adam_arg_t){b,     comm,     r,    k,    nseg, average, count,
+                                  g[k][r], w[k], m[k], v[k], clip, TP_OK};
             cr_assert_eq(pthread_create(&th[r], NULL, s_adam_rank, &a[r]), 0);
         }
-        for (int r = 0; r < S_AR; r++) {
+        for (int r = 0; r < nr; r++) {
             pthread_join(th[r], NULL);
             cr_assert_eq(a[r].rc, TP_OK, "rank %d: %s", r, tp_last_error());
         }
         if (k == 0) {
             float acc[1];
-            cr_assert_eq(b->ops->grad_sumsq(b, NULL, g[0][0], S_AN, acc, 0), TP_OK);
+            cr_assert_eq(b->ops->grad_sumsq(b, NULL, g[0][0], count, acc, 0), TP_OK);
             if (clip > 0)
-                cr_assert_eq(b->ops->grad_clip(b, NULL, g[0][0], S_AN, clip, acc), TP_OK);
+                cr_assert_eq(b->ops->grad_clip(b, NULL, g[0][0], count, clip, acc), TP_OK);
             for (int s = 0; s < (nseg ? nseg : 1); s++) {
                 const size_t o = nseg ? s_adam_seg[s] : 0;
-                const size_t n = nseg ? s_adam_seg[s + 1] - o : S_AN;
+                const size_t n = nseg ? s_adam_seg[s + 1] - o : count;
                 cr_assert_eq(b->ops->adam_update(b, NULL, w[0] + o, g[0][0] + o, m[0] + o,
                                                  v[0] + o, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
                                                  nseg ? s_adam_decay[s] : 0.0f, 3),
@@ -343,20 +352,23 @@ static void s_adam_case(tp_backend_t *b, float clip, int nseg) {
         }
         b->ops->comm_destroy(b, comm);
     }
-    cr_expect_eq(memcmp(w[0], w[1], sizeof w[0]), 0, "weights (clip %g, %d segments)",
+    cr_expect_eq(memcmp(w[0], w[1], sizeof w[0]), 0,
+                 "weights (%d ranks, average %d, clip %g, %d segments)", nr, average,
                  (double)clip, nseg);
-    cr_expect_eq(memcmp(m[0], m[1], sizeof m[0]), 0, "first moment (clip %g)", (double)clip);
-    cr_expect_eq(memcmp(v[0], v[1], sizeof v[0]), 0, "second moment (clip %g)", (double)clip);
+    cr_expect_eq(memcmp(m[0], m[1], sizeof m[0]), 0, "first moment (%d ranks, clip %g)", nr,
+                 (double)clip);
+    cr_expect_eq(memcmp(v[0], v[1], sizeof v[0]), 0, "second moment (%d ranks, clip %g)", nr,
+                 (double)clip);
 }
 
 Test(collective, allreduce_fused_with_clip_and_adam_gives_the_unfused_calls_bit_for_bit) {
     tp_backend_t *b = tp_backend_cpu_new(1);
     cr_assert_not_null(b);
     cr_assert_not_null(b->ops->allreduce_adam, "the CPU backend fuses clip and Adam");
-    s_adam_case(b, 0.5f, S_ADAM_NSEG);  /* the norm is ~5600: clipped */
-    s_adam_case(b, 1e6f, S_ADAM_NSEG);  /* under the clip */
-    s_adam_case(b, 0.0f, S_ADAM_NSEG);  /* no clip */
-    s_adam_case(b, 0.5f, 0);            /* Adam: no decay anywhere */
+    s_adam_case(b, S_AR, S_AN, 1, 0.5f, S_ADAM_NSEG);  /* the norm is ~5600: clipped */
+    s_adam_case(b, S_AR, S_AN, 1, 1e6f, S_ADAM_NSEG);  /* under the clip */
+    s_adam_case(b, S_AR, S_AN, 1, 0.0f, S_ADAM_NSEG);  /* no clip */
+    s_adam_case(b, S_AR, S_AN, 1, 0.5f, 0);            /* Adam: no decay anywhere */
     /* segments that do not cover the buffer are refused, naming them */
     tp_comm_t *comm = b->ops->comm_new(b, 1);
     static float g[S_AN], w[S_AN], m[S_AN], v[S_AN];
@@ -366,5 +378,20 @@ Test(collective, allreduce_fused_with_clip_and_adam_gives_the_unfused_calls_bit_
                  TP_ERR_INVALID);
     cr_expect(strstr(tp_last_error(), "segments"), "%s", tp_last_error());
     b->ops->comm_destroy(b, comm);
+    tp_backend_destroy(&b);
+}
+
+/* Two ranks, the towers' case: their own loop (the sums and their squares
+ * in one pass), the same bits as the unfused calls. 20000 floats cut at
+ * 12288 (three 4096-float blocks, then two, the last short); 19995 ends
+ * the last block 3 floats past a multiple of the eight lanes. */
+Test(collective, allreduce_adam_on_two_ranks_gives_the_unfused_calls_bit_for_bit) {
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    s_adam_case(b, 2, S_AN, 1, 0.5f, S_ADAM_NSEG);   /* the mean, clipped */
+    s_adam_case(b, 2, S_AN, 0, 0.5f, S_ADAM_NSEG);   /* the sum, clipped */
+    s_adam_case(b, 2, S_AN, 1, 1e6f, S_ADAM_NSEG);   /* under the clip */
+    s_adam_case(b, 2, S_AN - 5, 1, 0.5f, 0);         /* Adam, the lanes' tail */
+    s_adam_case(b, 2, S_AN - 5, 0, 0.0f, 0);         /* no clip, no mean */
     tp_backend_destroy(&b);
 }
