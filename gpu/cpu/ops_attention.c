@@ -491,6 +491,13 @@ static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
     return lim < 0 ? 0 : lim < nk ? lim : nk;
 }
 
+/* The first query of the tile at i0 that sees key j: the tile's first,
+ * or key j's own row (s_visible's other side). */
+static inline int64_t s_first_seeing(int causal, int64_t j, int64_t i0) {
+    const int64_t lo = causal ? j - i0 : 0;
+    return lo < 0 ? 0 : lo;
+}
+
 /* The next block's rows of a product's operand (up to 4 rows of d
  * floats, ld apart: C's rows, which the block reads and writes, or the
  * scores' A) asked for into L1 while this block's product runs. A row is
@@ -553,8 +560,7 @@ s_tile_cols(int wide, int acc, float *restrict out, int64_t ldo, const float *re
             int64_t i0, int64_t j0, int causal) {
     for (int64_t kb = 0; kb < nk; kb += 4) {
         const int64_t keys = nk - kb < 4 ? nk - kb : 4;
-        int64_t lo = causal ? j0 + kb - i0 : 0;
-        lo = lo < 0 ? 0 : lo;
+        const int64_t lo = s_first_seeing(causal, j0 + kb, i0);
         if (lo >= nq)
             continue;
         s_prefetch_next(out + (kb + 4) * ldo, nk - kb - 4, ldo, d, 1);
@@ -603,8 +609,7 @@ static void s_bf_tile_cols(int acc, float *out, int64_t ldo, const uint32_t *w,
                            int64_t j0, int causal) {
     for (int64_t kb = 0; kb < nk; kb += 4) {
         const int64_t keys = nk - kb < 4 ? nk - kb : 4;
-        int64_t lo = causal ? j0 + kb - i0 : 0;
-        lo = lo < 0 ? 0 : lo;
+        const int64_t lo = s_first_seeing(causal, j0 + kb, i0);
         if (lo >= nq)
             continue;
         s_prefetch_next(out + (kb + 4) * ldo, nk - kb - 4, ldo, d, 1);
