@@ -29,6 +29,7 @@
  * thread (tp_cpu_team_forked), and the team's threads are declared
  * fork-safe: the parent's are idle, and the child never waits on them. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <towerpack/process.h>
@@ -39,6 +40,7 @@
 extern void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads,
                           unsigned flags);
 extern int omp_get_thread_num(void);
+extern int omp_get_num_threads(void);
 extern int omp_get_max_threads(void);
 extern void omp_set_num_threads(int n);
 
@@ -50,6 +52,7 @@ typedef struct {
     atomic_size_t next;  /* the next part to take */
     atomic_int start;    /* released by the caller before the region */
     atomic_int finished; /* released by each thread of the team at its end */
+    int worker_first;    /* the caller waits for a worker's first part (tests) */
 } s_range_t;
 
 static atomic_int s_threads = 1;                /* tp_cpu_threads */
@@ -109,6 +112,13 @@ static void s_team_body(void *p) {
             tp_forksafe_threads_add(1);
         }
     }
+    /* Under the tests' override a worker takes the first part, so a test
+     * that compares one and two threads sees the team really share the
+     * range: on a loaded machine the caller could otherwise finish every
+     * part before a worker wakes (CI once saw 20 s of tries without one). */
+    if (!worker && r->worker_first && omp_get_num_threads() > 1)
+        while (atomic_load_explicit(&r->next, memory_order_relaxed) == 0)
+            sched_yield();
     size_t done = 0, k;
     while ((k = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed)) < r->nparts) {
         const size_t lo = k * r->part, hi = lo + r->part < r->n ? lo + r->part : r->n;
@@ -146,7 +156,8 @@ void tp_cpu_parallel(size_t n, size_t align, size_t min_items, tp_cpu_range_fn f
     part = (part + align - 1) / align * align;
     nparts = (n + part - 1) / part;
 
-    s_range_t r = {.fn = fn, .arg = arg, .n = n, .part = part, .nparts = nparts};
+    s_range_t r = {.fn = fn, .arg = arg, .n = n, .part = part, .nparts = nparts,
+                   .worker_first = ov > 0};
     atomic_init(&r.next, 0);
     atomic_init(&r.finished, 0);
     atomic_store_explicit(&r.start, 1, memory_order_release);

@@ -31,7 +31,10 @@ void tp_cpu_parallel(size_t n, size_t align, size_t min_items, tp_cpu_range_fn f
                      void *arg);
 
 /* Test-only: the thread count the pool uses instead of the backend's (0:
- * the backend's again). The determinism tests compare 1 and 2 threads. */
+ * the backend's again). The determinism tests compare 1 and 2 threads;
+ * under it a team thread other than the caller always takes the first
+ * part of a range, so two threads really share it however loaded the
+ * machine is. */
 void tp_cpu_pool_threads_override(int threads);
 
 /* The CPU backends' thread count (a tower's team, --threads): set by the

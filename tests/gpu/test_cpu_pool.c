@@ -54,9 +54,10 @@ static void s_cover(void *arg, size_t lo, size_t hi) {
         atomic_fetch_add(&cv->hits[i], 1);
 }
 
-/* A worker takes part only when the OS gives it a core: under CI's load
- * (2 cores, ctest -j2) 50 tries were not always enough, so the loops that
- * wait for a worker's part keep trying for at least 50 runs and 20 s. */
+/* Under the override a worker takes a range's first part (cpu_pool.c), so
+ * the loops that wait for a worker's part end at their first run; they
+ * keep trying (at least 50 runs and 20 s) only where libgomp gave the
+ * caller a team of one. */
 static int s_keep_trying(int r) {
     static uint64_t t0;
     if (r == 0)
