@@ -1,5 +1,5 @@
-# towerpack benchmarks: what bench/run.sh, bench/predict.sh and
-# bench/images/run.sh share.
+# towerpack benchmarks: what bench/run.sh, bench/predict.sh,
+# bench/images/run.sh and the peers' scripts (bench/peers/*.sh) share.
 # shellcheck shell=bash
 # Sourced (from the repository root), never run.
 
@@ -36,4 +36,18 @@ bench_release_build() {
           -DTP_BUILD_TESTS=OFF >/dev/null
   fi
   cmake --build build-release -j"$jobs" --target "$@" >/dev/null
+}
+
+# bench_torch_envs: the environments PyTorch's runs are tried under, one a
+# line, its best counting: its defaults, and on a CPU with AVX-512 its
+# AVX-512 paths too. Debian's PyTorch 1.13 dispatches its own kernels as
+# AVX2 and its OpenBLAS (0.3.21) takes Haswell's AVX2 kernels on a CPU it
+# does not know (Zen 5: EPYC family 26): ATEN_CPU_CAPABILITY=avx512 and
+# OPENBLAS_CORETYPE=SkylakeX give it the 512-bit ones, which on Zen 5's
+# full-width units gave its GPT step 1.1-1.25x (docs/performance.md,
+# "The hosts"). Each line is `env` arguments ("" for none).
+bench_torch_envs() {
+  echo ""
+  grep -qw avx512f /proc/cpuinfo && echo "ATEN_CPU_CAPABILITY=avx512 OPENBLAS_CORETYPE=SkylakeX"
+  return 0
 }

@@ -18,7 +18,9 @@
 #   pytorch   bench/peers/dcgan_torch.py, torch.set_num_threads 1 and 2:
 #             CHUNK warm-up steps, then CHUNKS runs of CHUNK steps, each
 #             timed whole (LOOP: usual, PyTorch's DCGAN example; or
-#             gantrainer, tensorpack's one-forward step as towerpack's)
+#             gantrainer, tensorpack's one-forward step as towerpack's);
+#             under its defaults and, on a CPU with AVX-512, its AVX-512
+#             paths (bench_torch_envs in bench/common.sh), its best counting
 # THREADS (default "1 2") are the thread settings of both sides; each
 # run under `nice -n NICE` (default 0). Each run reports the median of
 # its chunks' seconds per step; the summary gives, per round, each side's
@@ -43,6 +45,9 @@ TP_TRAIN=${TP_TRAIN:-$repo/build/bin/tp-train}
 OUT=${OUT:-$(mktemp -d /tmp/gan_cpu.XXXXXX)}
 [ -x "$TP_TRAIN" ] || { echo "gan_cpu.sh: no tp-train at $TP_TRAIN (set TP_TRAIN)" >&2; exit 1; }
 py=/usr/bin/python3
+# shellcheck source=bench/common.sh
+. "$repo/bench/common.sh"
+mapfile -t TORCH_ENVS < <(bench_torch_envs)
 mkdir -p "$OUT"
 res=$OUT/results.jsonl
 : > "$res"
@@ -98,15 +103,19 @@ print(json.dumps(dict({"round": int(sys.argv[2]), "peer": "towerpack", "threads"
                  **({"bf16": True} if sys.argv[5] == "1" else {}))))
 PY
 }
-run_torch() {  # run_torch ROUND THREADS
-    $N "$py" "$repo/bench/peers/dcgan_torch.py" --threads "$2" --data "$PT_DATA" \
-        --batch "$BATCH" --warmup "$CHUNK" --chunks "$CHUNKS" --chunk "$CHUNK" \
-        --loop "$LOOP" ${PT_BF16[@]+"${PT_BF16[@]}"} 2>/dev/null \
-        | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
-    if [ "$BF16" = 1 ] && ! tail -1 "$res" | grep -q '"logits_dtype": "bfloat16"'; then
-        echo "gan_cpu.sh: PyTorch under autocast did not compute in bf16" >&2
-        exit 1
-    fi
+run_torch() {  # run_torch ROUND THREADS: under each of TORCH_ENVS
+    local e
+    for e in "${TORCH_ENVS[@]}"; do
+        # shellcheck disable=SC2086 # e is `env` arguments, split on purpose
+        $N env $e "$py" "$repo/bench/peers/dcgan_torch.py" --threads "$2" --data "$PT_DATA" \
+            --batch "$BATCH" --warmup "$CHUNK" --chunks "$CHUNKS" --chunk "$CHUNK" \
+            --loop "$LOOP" ${PT_BF16[@]+"${PT_BF16[@]}"} 2>/dev/null \
+            | sed "s/^{/{\"round\": $1, \"env\": \"${e:-default}\", /" | tee -a "$res"
+        if [ "$BF16" = 1 ] && ! tail -1 "$res" | grep -q '"logits_dtype": "bfloat16"'; then
+            echo "gan_cpu.sh: PyTorch under autocast did not compute in bf16" >&2
+            exit 1
+        fi
+    done
 }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -136,7 +145,8 @@ for r in sorted({x["round"] for x in rows}):
     print(f"round {r}: towerpack {tp['median_s_per_step'] * 1e3:.1f} ms/step "
           f"({tp['threads']} thread{'s' if tp['threads'] > 1 else ''}), PyTorch "
           f"{pt['median_s_per_step'] * 1e3:.1f} ms/step ({pt['threads']} "
-          f"thread{'s' if pt['threads'] > 1 else ''}, {pt['loop']} loop): {ratio:.3f}x")
+          f"thread{'s' if pt['threads'] > 1 else ''}, {pt['loop']} loop, "
+          f"{pt.get('env', 'default')}): {ratio:.3f}x")
 print(f"towerpack / PyTorch, median over {len(ratios)} rounds: "
       f"{statistics.median(ratios):.3f}x (goal <= 0.5)")
 if any(x.get("bf16") for x in rows):

@@ -29,7 +29,9 @@
 #            only when LLMC_SRC is set
 #   pytorch  bench/peers/gpt_torch_cpu.py (tests/models/torch_gpt.py's
 #            model), 1 and 2 threads, each as nn.Linear runs it (addmm)
-#            and as the parity test writes it (--plain): its best counts
+#            and as the parity test writes it (--plain), each under its
+#            defaults and, on a CPU with AVX-512, its AVX-512 paths
+#            (bench_torch_envs in bench/common.sh): its best counts
 #   towerpack tp-train --model gpt, 1 tower x 2 threads and 2 towers x 1
 #            thread (the same total batch), tokens_per_s of the last epoch
 #            in stats.json (the first epoch warms up); with no checkpoint,
@@ -60,6 +62,9 @@ OUT=${OUT:-$(mktemp -d /tmp/gpt_cpu.XXXXXX)}
 LLMC_SRC=${LLMC_SRC:-}  # optional: without it, no llm.c rows
 [ -x "$TP_TRAIN" ] || { echo "gpt_cpu.sh: no tp-train at $TP_TRAIN (set TP_TRAIN)" >&2; exit 1; }
 py=/usr/bin/python3
+# shellcheck source=bench/common.sh
+. "$repo/bench/common.sh"
+mapfile -t TORCH_ENVS < <(bench_torch_envs)
 mkdir -p "$OUT"
 cat "$repo"/docs/*.md > "$OUT/text.txt"
 head -c 2000 "$OUT/text.txt" > "$OUT/val.txt"  # a small validation: cheap epoch ends
@@ -95,11 +100,12 @@ run_llmc() {  # run_llmc ROUND THREADS
         "$BATCH" "$CONTEXT" "$((STEPS + 1))" "$2" > "$OUT/llmc-$1-$2.log" 2>&1
     tail -1 "$OUT/llmc-$1-$2.log" | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
 }
-run_torch() {  # run_torch ROUND THREADS [--plain] [--bf16]
-    $N "$py" "$repo/bench/peers/gpt_torch_cpu.py" --init "$INIT" --threads "$2" ${3:-} ${4:-} \
-        --data "$OUT/text.txt" --heads "$HEADS" --context "$CONTEXT" --batch "$BATCH" \
-        --steps "$STEPS" --warmup 1 --lr "$LR" --lr-warmup "$STEPS" 2>/dev/null |
-        sed "s/^{/{\"round\": $1, /" | tee -a "$res"
+run_torch() {  # run_torch ROUND THREADS ENV [--plain] [--bf16]
+    # shellcheck disable=SC2086 # ENV is `env` arguments, split on purpose
+    $N env $3 "$py" "$repo/bench/peers/gpt_torch_cpu.py" --init "$INIT" --threads "$2" \
+        ${4:-} ${5:-} --data "$OUT/text.txt" --heads "$HEADS" --context "$CONTEXT" \
+        --batch "$BATCH" --steps "$STEPS" --warmup 1 --lr "$LR" --lr-warmup "$STEPS" \
+        2>/dev/null | sed "s/^{/{\"round\": $1, \"env\": \"${3:-default}\", /" | tee -a "$res"
 }
 run_tp() {  # run_tp ROUND TOWERS THREADS
     local d=$OUT/tp-$1-$2x$3
@@ -129,9 +135,12 @@ for r in $(seq 1 "$ROUNDS"); do
     for p in $order; do
         case $p in
             llmc) [ -z "$LLMC_SRC" ] || { run_llmc "$r" 1; run_llmc "$r" 2; } ;;
-            torch) for prec in "${TORCH_PRECISIONS[@]}"; do
-                       for th in 1 2; do
-                           run_torch "$r" $th "" "$prec"; run_torch "$r" $th --plain "$prec"
+            torch) for e in "${TORCH_ENVS[@]}"; do
+                       for prec in "${TORCH_PRECISIONS[@]}"; do
+                           for th in 1 2; do
+                               run_torch "$r" $th "$e" "" "$prec"
+                               run_torch "$r" $th "$e" --plain "$prec"
+                           done
                        done
                    done ;;
             tp) run_tp "$r" 1 2; run_tp "$r" 2 1 ;;
@@ -157,8 +166,10 @@ for r in sorted({x["round"] for x in rows}):
                   if x["round"] == r and x["peer"] == "pytorch" and not x.get("bf16"))
         by_prec = (f" (pytorch fp32 {p32}: {t / p32:.2f}x; bf16 {max(bf)}: "
                    f"{t / max(bf):.2f}x)")
-    print(f"round {r}: towerpack {t} tokens/s, llm.c {l or '-'}, pytorch {p}: "
-          f"{vs_llmc}towerpack/pytorch {t / p:.2f}x{by_prec}")
+    pbest = max((x for x in rows if x["round"] == r and x["peer"] == "pytorch"),
+                key=lambda x: x["tokens_per_s"], default={})
+    print(f"round {r}: towerpack {t} tokens/s, llm.c {l or '-'}, pytorch {p} "
+          f"({pbest.get('env', '-')}): {vs_llmc}towerpack/pytorch {t / p:.2f}x{by_prec}")
 # the same start: both sides' first losses (a different start, as PyTorch's
 # own initialisation, begins far from ln 256)
 for peer in ("towerpack", "pytorch"):
