@@ -12,14 +12,14 @@
  * (bench/peers/torch_ops.py) under the same `op` key.
  *
  * towerpack's side: one model per row (CPU backend, fold off so the op is
- * its own call, but in a row whose builder makes the nodes a fold joins:
- * conv2d/enc2_nhwc's transpose, read NHWC by the conv; "folds" in --json),
- * whose tower applies the op to data inputs (gradients
- * asked with tp_tower_input_gradient) and variables (trainable), and, when
- * the op's output is not a scalar, an MSE head against half of its own
- * stopped value (so a non-zero gradient flows back). The op's time is its
- * node's forward plus backward from the model's profiler, per step: the
- * head, the update and the engine around the op are not in it.
+ * its own call; folds on in conv2d/enc2_nhwc, whose transpose the conv
+ * reads NHWC itself: s_row_folds, "folds" in --json), whose tower applies
+ * the op to data inputs (gradients asked with tp_tower_input_gradient)
+ * and variables (trainable), and, when the op's output is not a scalar,
+ * an MSE head against half of its own stopped value (so a non-zero
+ * gradient flows back). The op's time is its node's forward plus
+ * backward from the model's profiler, per step: the head, the update and
+ * the engine around the op are not in it.
  *
  * PyTorch's side: the peer (one python3 process for the whole run, on two
  * pipes) builds the same inputs (requires_grad as here), and times
@@ -606,10 +606,10 @@ static void s_tp_fini(tp_side_t *s) {
     tp_model_destroy(&s->model);
 }
 
-/* Builds the row's model (CPU backend, or --device's; fold off unless the
- * row says) and draws
- * its inputs' values (on a GPU copied once into device memory, so that a
- * step copies nothing in); -1 with the error printed. */
+/* Builds the row's model (CPU backend, or --device's; fold off but where
+ * s_row_folds says) and draws its inputs' values (on a GPU copied once
+ * into device memory, so that a step copies nothing in); -1 with the
+ * error printed. */
 static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
     memset(s, 0, sizeof *s);
     s->row = r;
@@ -1114,7 +1114,7 @@ int tp_bench_ops(int argc, char **argv) {
                s_backend ? copt.tf32 : 0, have_torch ? version : "");
     else if (s_backend) {
         printf("tp-bench ops: forward+backward of each op, median per step (us), on %s, "
-               "TF32 %s; towerpack's CUDA backend, fold off (as on the CPU), the inputs in device memory:\n"
+               "TF32 %s; towerpack's CUDA backend, fold off, the inputs in device memory:\n"
                "op rows in the device's time (CUDA events around each call, run call by "
                "call);\n*_step rows: a whole training step with its SGD update, folds on, "
                "in wall time until the device is done;\n", where, copt.tf32 ? "on" : "off");
@@ -1128,8 +1128,9 @@ int tp_bench_ops(int argc, char **argv) {
                "torch", "dev", "ratio");
     } else {
         printf("tp-bench ops: forward+backward of each op, median per step (us); towerpack on "
-               "%d OpenBLAS thread(s), fold off (not conv2d/enc2_nhwc's own)\n(*_step rows: a whole training step with "
-               "its SGD update, folds on%s);\n", tp_threads,
+               "%d OpenBLAS thread(s), fold off (but conv2d/enc2_nhwc's transpose, read by\n"
+               "its conv; *_step rows: a whole training step with its SGD update, folds "
+               "on%s);\n", tp_threads,
                s_cpu_time ? ", in process CPU time" : "");
         /* libgomp's idle threads (both sides' teams): at 2 threads its
          * default spin puts a plateau of some 400-560 us under ops whose
