@@ -195,6 +195,9 @@ Test(fold_nhwc, input_gradient_is_nhwc) {
     s_check((s_case_t){2, 11, 10, 24, 18, 3, 2, 1, 1, 3, 1, 0}, 1);
     /* 16 channels: NHWC is nChw16c's memory, read and written in place */
     s_check((s_case_t){3, 7, 9, 16, 32, 3, 1, 1, 1, 1, 1, 0}, 1);
+    /* tp-bench ops' conv2d/enc2_nhwc row (the autoencoder's enc2), at a
+     * smaller batch: 16 channels, stride 2 */
+    s_check((s_case_t){4, 14, 14, 16, 32, 3, 2, 1, 1, 1, 1, 0}, 1);
 }
 
 /* the conv's output kept nChw16c for the next conv (AVX-512): NHWC in,

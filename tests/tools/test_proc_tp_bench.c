@@ -199,6 +199,31 @@ Test(tp_bench, ops_quick_times_each_row_from_the_profiler) {
     cr_assert(strstr(s_out, "no row matches 'no-such-op' (--list names them)"), "%s", s_out);
 }
 
+/* conv2d/enc2_nhwc (issue 42): its row plans the graph's folds, so the
+ * convolution reads the NHWC input itself (fold.c's tp_plan_nhwc_), as a
+ * model fed NHWC images runs and as PyTorch's channels_last view does: one
+ * node folded into the row's calls, none into the MSE head's. With
+ * TP_NHWC_FOLD=0 the transpose runs as its own call, timed in the row
+ * too; conv2d/enc2 (NCHW) folds nothing either way. */
+Test(tp_bench, ops_nhwc_conv_row_reads_its_input_nhwc) {
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-bench", "ops", "--quick", "--no-torch", "--op",
+                    "conv2d/enc2,conv2d/enc2_nhwc", "--json", NULL};
+    for (int fold = 1; fold >= 0; fold--) {
+        const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1",
+                             fold ? "TP_NHWC_FOLD=1" : "TP_NHWC_FOLD=0", NULL};
+        cr_assert_eq(pu_run(argv, env, s_out, sizeof s_out), 0, "%s", s_out);
+        const char *j = strstr(s_out, "{\"bench\":\"ops\"");
+        cr_assert_not_null(j, "%s", s_out);
+        cr_assert_eq(s_rows_positive(j, "\"towerpack_us\":"), 2, "%s", j);
+        const char *nchw = strstr(j, "{\"name\":\"conv2d/enc2\"");
+        const char *nhwc = strstr(j, "{\"name\":\"conv2d/enc2_nhwc\"");
+        cr_assert(nchw && nhwc, "%s", j);
+        cr_assert_not_null(strstr(nchw, "\"folds\":0,"), "%s", nchw);
+        cr_assert_eq(atoi(strstr(nhwc, "\"folds\":") + 8), fold, "%s", nhwc);
+        cr_assert_not_null(strstr(nhwc, "\"status\":\"ok\""), "%s", nhwc);
+    }
+}
+
 /* The same rows against PyTorch (its peer, bench/peers/torch_ops.py): a
  * time at 1 and 2 threads and a ratio for every row. Skipped where
  * /usr/bin/python3 lacks torch. */

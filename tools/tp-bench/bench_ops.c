@@ -12,12 +12,14 @@
  * (bench/peers/torch_ops.py) under the same `op` key.
  *
  * towerpack's side: one model per row (CPU backend, fold off so the op is
- * its own call), whose tower applies the op to data inputs (gradients
- * asked with tp_tower_input_gradient) and variables (trainable), and, when
- * the op's output is not a scalar, an MSE head against half of its own
- * stopped value (so a non-zero gradient flows back). The op's time is its
- * node's forward plus backward from the model's profiler, per step: the
- * head, the update and the engine around the op are not in it.
+ * its own call; folds on in conv2d/enc2_nhwc, whose transpose the conv
+ * reads NHWC itself: s_row_folds, "folds" in --json), whose tower applies
+ * the op to data inputs (gradients asked with tp_tower_input_gradient)
+ * and variables (trainable), and, when the op's output is not a scalar,
+ * an MSE head against half of its own stopped value (so a non-zero
+ * gradient flows back). The op's time is its node's forward plus
+ * backward from the model's profiler, per step: the head, the update and
+ * the engine around the op are not in it.
  *
  * PyTorch's side: the peer (one python3 process for the whole run, on two
  * pipes) builds the same inputs (requires_grad as here), and times
@@ -231,7 +233,9 @@ static tp_node_t *s_to_nchw(tp_tower_t *t, tp_node_t *const *in, const bench_row
 }
 /* conv2d on an NHWC input: the graph folds the transpose into the
  * convolution where the backend reads NHWC (docs/ops.md, "An NHWC
- * input"; TP_NHWC_FOLD=0 runs it as its own op) */
+ * input"; TP_NHWC_FOLD=0 runs it as its own op), so its row plans folds
+ * (s_row_folds): a model fed NHWC images runs it so, and PyTorch's side
+ * copies nothing either (channels_last) */
 static tp_node_t *s_conv2d_nhwc(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
     static const int perm[4] = {0, 3, 1, 2};
     tp_node_t *x = tp_transpose(t, "nchw", in[0], perm);
@@ -545,22 +549,38 @@ static tp_backend_t *s_backend;
 /* The row's own forward+backward nanoseconds summed so far: every node the
  * builder made (the timed one, and any it applies first, as the NHWC row's
  * transpose where no fold takes it into the convolution), not the MSE
- * head's; -1 when the profile has no node `name`. On the CPU the host's
+ * head's; -1 when the profile has no node `name`, -2 when a head node took
+ * a fold (its time, or the row's, would be on the wrong side). *folds:
+ * the nodes folded into the row's calls. On the CPU the host's
  * time around each call (its calls end done); on a GPU the device's, from
  * the CUDA events around each call (profiling runs call by call,
  * synchronised). */
-static double s_op_ns(tp_model_t *m, const char *name) {
+static double s_op_ns(tp_model_t *m, const char *name, int *folds) {
     static tp_op_profile_t pr[256];
     int n = tp_model_profile(m, 0, pr, 256), found = 0;
     double ns = 0;
+    *folds = 0;
     for (int i = 0; i < n && i < 256; i++) {
-        if (!strncmp(pr[i].name, "head/", 5))
+        if (!strncmp(pr[i].name, "head/", 5)) {
+            if (pr[i].folds)
+                return -2;
             continue;
+        }
+        *folds += pr[i].folds;
         found |= !strcmp(pr[i].name, name);
         ns += s_backend ? (double)(pr[i].device_forward_ns + pr[i].device_backward_ns)
                         : (double)(pr[i].forward_ns + pr[i].backward_ns);
     }
     return found ? ns : -1;
+}
+
+/* Whether the row's model plans the graph's folds (config fold) though it
+ * is no step: a row whose builder makes the nodes a fold joins (the NHWC
+ * row's transpose, read NHWC by the conv itself), so that every node a
+ * fold takes is timed in the row; s_op_ns refuses a fold that takes the
+ * MSE head in. The other op rows: fold off, each op its own call. */
+static int s_row_folds(const bench_row_t *r) {
+    return r->build == s_conv2d_nhwc;
 }
 
 /* One row's model and its inputs' values, built once and timed in rounds. */
@@ -574,6 +594,7 @@ typedef struct {
     void *dev[MAX_IN];  /* --device: the inputs' copies in device memory */
     double prev; /* the op's profile sum after the last step */
     int absent;  /* the backend has no kernel for the row (not on CUDA) */
+    int folds;   /* nodes folded into the row's calls (s_row_folds) */
 } tp_side_t;
 
 static void s_tp_fini(tp_side_t *s) {
@@ -585,9 +606,10 @@ static void s_tp_fini(tp_side_t *s) {
     tp_model_destroy(&s->model);
 }
 
-/* Builds the row's model (CPU backend, or --device's; fold off) and draws
- * its inputs' values (on a GPU copied once into device memory, so that a
- * step copies nothing in); -1 with the error printed. */
+/* Builds the row's model (CPU backend, or --device's; fold off but where
+ * s_row_folds says) and draws its inputs' values (on a GPU copied once
+ * into device memory, so that a step copies nothing in); -1 with the
+ * error printed. */
 static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
     memset(s, 0, sizeof *s);
     s->row = r;
@@ -614,7 +636,7 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
     cfg.threads = threads;
     cfg.backend = s_backend; /* NULL: a CPU backend of the model's own */
     cfg.own_backend = 0;
-    if (!s_is_step(r))
+    if (!s_is_step(r) && !s_row_folds(r))
         cfg.fold = 0; /* the op in its own call: its time is its own */
     s->model = tp_model_new(&md, &cfg);
     if (!s->model) {
@@ -699,10 +721,14 @@ static double s_tp_time(tp_side_t *s, double seconds, int min_iters) {
         }
         /* a step row: the step's wall time; an op row: its node's time */
         double now = s_is_step(s->row) ? s->prev + (double)(s_step_ns() - t0)
-                                  : s_op_ns(s->model, s->arg.timed);
+                                  : s_op_ns(s->model, s->arg.timed, &s->folds);
         if (now < 0) {
-            fprintf(stderr, "tp-bench ops: %s: no profile of node '%s'\n", s->row->name,
-                    s->arg.timed);
+            if (now == -2)
+                fprintf(stderr, "tp-bench ops: %s: a fold took the MSE head into a call\n",
+                        s->row->name);
+            else
+                fprintf(stderr, "tp-bench ops: %s: no profile of node '%s'\n", s->row->name,
+                        s->arg.timed);
             return -1;
         }
         if (it == 1)
@@ -1032,6 +1058,7 @@ int tp_bench_ops(int argc, char **argv) {
     const double chunk = seconds / rounds;
     static double tp_us[MAX_ROWS], tr[MAX_ROWS][3];
     static int absent[MAX_ROWS]; /* --device: the row is not on CUDA */
+    static int folds[MAX_ROWS];  /* nodes folded into the row's calls */
     int failed = 0, nabsent = 0;
     /* on a GPU torch's threads do not matter: one request a round */
     const int max_th = s_backend ? 1 : 2;
@@ -1061,6 +1088,7 @@ int tp_bench_ops(int argc, char **argv) {
         }
         s_tp_fini(&side);
         absent[s] = side.absent;
+        folds[s] = side.folds;
         nabsent += side.absent;
         tp_us[s] = tp_ok ? tp_bench_median_mean(rt[0], rounds) : -1;
         failed += !ok;
@@ -1100,8 +1128,9 @@ int tp_bench_ops(int argc, char **argv) {
                "torch", "dev", "ratio");
     } else {
         printf("tp-bench ops: forward+backward of each op, median per step (us); towerpack on "
-               "%d OpenBLAS thread(s), fold off\n(*_step rows: a whole training step with "
-               "its SGD update, folds on%s);\n", tp_threads,
+               "%d OpenBLAS thread(s), fold off (but conv2d/enc2_nhwc's transpose, read by\n"
+               "its conv; *_step rows: a whole training step with its SGD update, folds "
+               "on%s);\n", tp_threads,
                s_cpu_time ? ", in process CPU time" : "");
         /* libgomp's idle threads (both sides' teams): at 2 threads its
          * default spin puts a plateau of some 400-560 us under ops whose
@@ -1137,9 +1166,10 @@ int tp_bench_ops(int argc, char **argv) {
         if (json)
             printf("%s{\"name\":\"%s\",\"op\":\"%s\",\"from\":\"%s\",\"inputs\":\"%s\","
                    "\"towerpack_us\":%.2f,\"torch1_us\":%.2f,\"torch2_us\":%.2f,"
-                   "\"torch_us\":%.2f,\"torch_threads\":%d,\"ratio\":%.3f,\"status\":\"%s\"}",
+                   "\"torch_us\":%.2f,\"torch_threads\":%d,\"ratio\":%.3f,\"folds\":%d,"
+                   "\"status\":\"%s\"}",
                    s ? "," : "", r->name, r->op, r->from, sh, tp_us[s], t1, t2, ref, best,
-                   ratio, tp_us[s] >= 0 ? "ok" : absent[s] ? "not on CUDA" : "failed");
+                   ratio, folds[s], tp_us[s] >= 0 ? "ok" : absent[s] ? "not on CUDA" : "failed");
         else {
             char a[32] = "failed", b[32] = "-", c[8] = "-", d[16] = "-";
             if (tp_us[s] >= 0)
