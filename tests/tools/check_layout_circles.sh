@@ -5,7 +5,7 @@
 # a clean tree that must pass), then on a copy of this repository's sources
 # with one circle injected: df_tp_pickle.c calling the dispatcher
 # tp_tpk_decode, which calls df_tpk_pickle (the circle issue 41 removed).
-# Needs no build; a few seconds.
+# Needs no build; about a minute (the checker runs twice on the whole tree).
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 check="$root/scripts/check-layout.sh"
