@@ -1598,3 +1598,110 @@ Test(cpu_pool, batch_norm_matches_double_references) {
         s_bn_free(&o);
     }
 }
+
+/* ---- eltzen5: the per-channel operand's backward in one pass ----------- */
+
+/* One call of add, sub or mul (or bias_add, b [C]) of a [N, C, S] operand
+ * and a per-channel one ([1, C, 1] as operand `pc`) on `threads` threads:
+ * dx[q] accumulated onto 0.25 (the full operand), dx[p] stored; y and both
+ * gradients into out. */
+static void s_chan_pass(tp_op_kind_t kind, int pc, int64_t n, int64_t ch, int64_t sp,
+                        const float *a, const float *b, const float *dy, int threads,
+                        float *y, float *ga, float *gb) {
+    tp_shape_t full = {.ndim = 3, .d = {n, ch, sp}};
+    tp_shape_t per = kind == TP_OP_BIAS_ADD ? (tp_shape_t){.ndim = 1, .d = {ch}}
+                                            : (tp_shape_t){.ndim = 3, .d = {1, ch, 1}};
+    tp_shape_t xs[2] = {pc ? full : per, pc ? per : full};
+    tp_op_attr_t at = {0};
+    const void *xin[2] = {a, b};
+    const int q = 1 - pc;
+    int accs[2];
+    accs[q] = 1;
+    accs[pc] = 0;
+    float *dxs[2] = {ga, gb};
+    const size_t nf = (size_t)(n * ch * sp);
+    for (size_t i = 0; i < nf; i++)
+        dxs[q][i] = 0.25f;
+    for (int64_t i = 0; i < ch; i++)
+        dxs[pc][i] = 99.0f; /* stored over */
+    tp_op_call_t c = {.kind = kind, .attr = &at, .name = "chan", .ninputs = 2, .x = xin,
+                      .xshape = xs, .y = y, .yshape = full, .dx = dxs, .dx_acc = accs, .dy = dy};
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(0);
+}
+
+/* add, sub and mul with a per-channel operand (either side) and bias_add:
+ * the gradients of the one-pass backward (ops_elementwise.c s_chan_rows,
+ * ops_cpu.c s_bias_bwd_channels) against double-precision sums, and the
+ * same bits on one and two threads. S 196 (a tail of 4 after the lanes)
+ * and S 7 (no whole lane group). */
+Test(cpu_pool, per_channel_gradients_in_one_pass) {
+    const tp_op_kind_t kinds[] = {TP_OP_ADD, TP_OP_SUB, TP_OP_MUL, TP_OP_BIAS_ADD};
+    const int64_t shapes[2][3] = {{64, 16, 196}, {40, 24, 7}};
+    for (int si = 0; si < 2; si++) {
+        const int64_t n = shapes[si][0], ch = shapes[si][1], sp = shapes[si][2];
+        const size_t nf = (size_t)(n * ch * sp);
+        float *full = malloc(nf * sizeof(float)), *dy = malloc(nf * sizeof(float));
+        float *per = malloc((size_t)ch * sizeof(float));
+        float *y[2], *gf[2], *gc[2];
+        for (int t = 0; t < 2; t++) {
+            y[t] = malloc(nf * sizeof(float));
+            gf[t] = malloc(nf * sizeof(float));
+            gc[t] = malloc((size_t)ch * sizeof(float));
+        }
+        uint64_t seed = 42 + (uint64_t)si;
+        for (size_t i = 0; i < nf; i++) {
+            full[i] = s_rand(&seed);
+            dy[i] = s_rand(&seed);
+        }
+        for (int64_t k = 0; k < ch; k++)
+            per[k] = s_rand(&seed);
+        for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+            for (int pc = 0; pc < 2; pc++) {
+                const tp_op_kind_t kind = kinds[ki];
+                if (kind == TP_OP_BIAS_ADD && pc == 0)
+                    continue;
+                for (int t = 0; t < 2; t++)
+                    s_chan_pass(kind, pc, n, ch, sp, pc ? full : per, pc ? per : full, dy,
+                                t + 1, y[t], pc ? gf[t] : gc[t], pc ? gc[t] : gf[t]);
+                cr_assert(!memcmp(gf[0], gf[1], nf * sizeof(float)), "kind %d pc %d: dx full",
+                          (int)kind, pc);
+                cr_assert(!memcmp(gc[0], gc[1], (size_t)ch * sizeof(float)),
+                          "kind %d pc %d: dx per channel", (int)kind, pc);
+                /* sign of each operand's gradient for sub */
+                const double sf = kind == TP_OP_SUB && pc == 0 ? -1.0 : 1.0;
+                const double sc = kind == TP_OP_SUB && pc == 1 ? -1.0 : 1.0;
+                for (int64_t k = 0; k < ch; k++) {
+                    double want = 0.0, mag = 0.0;
+                    for (int64_t i = 0; i < n; i++)
+                        for (int64_t j = 0; j < sp; j++) {
+                            const size_t o = (size_t)((i * ch + k) * sp + j);
+                            const double g = (double)dy[o] * (kind == TP_OP_MUL ? full[o] : sc);
+                            want += g;
+                            mag += fabs(g);
+                        }
+                    cr_assert(fabs(gc[0][k] - want) <= 1e-6 * mag + 1e-6,
+                              "kind %d pc %d channel %lld: %g against %g", (int)kind, pc,
+                              (long long)k, gc[0][k], want);
+                }
+                for (size_t o = 0; o < nf; o++) {
+                    const int64_t k = (int64_t)(o / (size_t)sp) % ch;
+                    const float want =
+                        0.25f + (float)((double)dy[o] * (kind == TP_OP_MUL ? per[k] : sf));
+                    cr_assert(fabsf(gf[0][o] - want) <= 1e-6f * (1.0f + fabsf(want)),
+                              "kind %d pc %d item %zu: %g against %g", (int)kind, pc, o,
+                              gf[0][o], want);
+                }
+            }
+        free(full);
+        free(dy);
+        free(per);
+        for (int t = 0; t < 2; t++) {
+            free(y[t]);
+            free(gf[t]);
+            free(gc[t]);
+        }
+    }
+}
