@@ -574,16 +574,18 @@ Test(graph, per_op_profile) {
     cr_expect_gt(calls_dev, 0);
     cr_expect_leq(calls_dev, run_dev, "the calls' %llu ns, the runs' %llu",
                   (unsigned long long)calls_dev, (unsigned long long)run_dev);
-    /* CPU times: the tower thread's, and the process's, which holds it
-     * (its clock is read a few ns apart from the thread's: 10% slack) */
+    /* CPU times: the tower thread's, and the process's, which holds it.
+     * Both columns must be filled; their order is not asserted over this
+     * ~0.5 ms profile: Linux may sample a process clock at the scheduler's
+     * tick, and under TSan on a loaded 2-core host it read 57-86% of the
+     * thread's here (3 runs of 22 with two busy loops beside it). */
     uint64_t thr = 0, proc = 0;
     for (int i = 0; i < n && i < 32; i++) {
         thr += pr[i].thread_forward_ns + pr[i].thread_backward_ns;
         proc += pr[i].process_forward_ns + pr[i].process_backward_ns;
     }
     cr_expect_gt(thr, 0, "no thread CPU time in the profile");
-    cr_expect_geq(proc * 10, thr * 9, "the process's %llu ns under the thread's %llu",
-                  (unsigned long long)proc, (unsigned long long)thr);
+    cr_expect_gt(proc, 0, "no process CPU time in the profile");
     tp_model_set_profiling(m, 1);  /* on again: the sums start over */
     cr_expect_eq(tp_model_profile_device_ns(m, 0), 0);
     n = tp_model_profile(m, 0, pr, 32);
