@@ -197,20 +197,23 @@ static inline float s_vgelu_grad(float v) {
  * / 2, under a float's rounding; Cephes' degree 7 in s_vexp is more than
  * a float holds). s_vgelu_tanh's e^z (issue 45, branch gpt12) and
  * s_vexp_fma's. */
-static inline float s_vexp_fma_parts(float z, float *two_n) {
-    const float t = fmaf(z, 1.44269504088896341f, 12582912.0f);
-    const float n = t - 12582912.0f; /* z / ln 2 rounded; t's low bits hold it */
-    float r = fmaf(n, -0.693359375f, z);
-    r = fmaf(n, 2.12194440e-4f, r);
+static inline float s_vexp_fma_poly(float r) {
     float p = 1.3753952e-3f;
     p = fmaf(p, r, 8.3689103e-3f);
     p = fmaf(p, r, 4.1669488e-2f);
     p = fmaf(p, r, 1.6666518e-1f);
     p = fmaf(p, r, 4.9999988e-1f);
     p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f); /* e^r */
+    return fmaf(p, r, 1.0f); /* e^r */
+}
+
+static inline float s_vexp_fma_parts(float z, float *two_n) {
+    const float t = fmaf(z, 1.44269504088896341f, 12582912.0f);
+    const float n = t - 12582912.0f; /* z / ln 2 rounded; t's low bits hold it */
+    float r = fmaf(n, -0.693359375f, z);
+    r = fmaf(n, 2.12194440e-4f, r);
     *two_n = s_vbits_f((s_vf_bits(t) << 23) + (127u << 23));
-    return p;
+    return s_vexp_fma_poly(r);
 }
 
 /* The tanh approximation without a tanh: 0.5 (1 + tanh u) is the
@@ -257,6 +260,61 @@ static inline float s_vexp_fma(float x) {
     float two_n;
     const float y = s_vexp_fma_parts(z, &two_n) * two_n;
     return x < -87.3f ? 0.0f : x > 88.0f ? INFINITY : x == x ? y : x;
+}
+
+/* e^x for x in [-87.3, 88] alone, in fused multiply-adds, without
+ * clamps or selects (s_vexp_fma's reduction and polynomial: within 7.6e-8
+ * relative of double precision there): the caller checks the range a
+ * block at a time and takes s_vexp for the items outside it
+ * (ops_elementwise.c's S_FIXED), so the vector loop is the arithmetic
+ * alone, some 14 operations against s_vexp's 35 and their masks. The
+ * caller's clones TP_CPU_CLONES_FMA's. Outside the range its value is
+ * meaningless (never a trap: no float-to-integer conversion). */
+static inline float s_vexp_fma_core(float x) {
+    float two_n;
+    const float p = s_vexp_fma_parts(x, &two_n);
+    return p * two_n;
+}
+
+/* s_vlog in fused multiply-adds (Cephes' polynomial in Horner's FMAs, its
+ * two-part ln 2 fused too): log(u) for u a positive normal float or +inf,
+ * the caller's clones TP_CPU_CLONES_FMA's. About 20 operations against
+ * s_vlog's 30; within 8.1e-8 relative of double precision where |log u|
+ * > 0.05 and 2e-9 absolute nearer u = 1, as s_vlog (every seventh float
+ * of the normal range; tests/gpu/test_cpu_pool.c). */
+static inline float s_vlog_fma(float u) {
+    const uint32_t b = s_vf_bits(u);
+    float e = (float)((int32_t)(b >> 23) - 126);
+    float m = s_vbits_f((b & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    const int lo = m < 0.707106781186547524f;
+    e = lo ? e - 1.0f : e;
+    m = lo ? m + m - 1.0f : m - 1.0f;
+    const float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = fmaf(y, m, -1.1514610310e-1f);
+    y = fmaf(y, m, 1.1676998740e-1f);
+    y = fmaf(y, m, -1.2420140846e-1f);
+    y = fmaf(y, m, 1.4249322787e-1f);
+    y = fmaf(y, m, -1.6668057665e-1f);
+    y = fmaf(y, m, 2.0000714765e-1f);
+    y = fmaf(y, m, -2.4999993993e-1f);
+    y = fmaf(y, m, 3.3333331174e-1f);
+    y = y * m * z;
+    y = fmaf(e, -2.12194440e-4f, y);
+    y = fmaf(z, -0.5f, y);
+    const float r = fmaf(e, 0.693359375f, m + y);
+    return u == INFINITY ? u : r;
+}
+
+/* log(1 + e^x) as s_vsoftplus for x in [-87.3, 20] (the caller takes
+ * s_vsoftplus outside), its e^x and log in FMAs (the caller's clones
+ * TP_CPU_CLONES_FMA's). */
+static inline float s_vsoftplus_fma(float x) {
+    const float ex = s_vexp_fma_core(x);
+    const float u = 1.0f + ex, d = u - 1.0f;
+    const float q = ex / (d == 0.0f ? 1.0f : d);
+    const float r = s_vlog_fma(u) * q;
+    return d == 0.0f ? ex : r;
 }
 
 /* 0.5 (1 + t) + 0.5 v (1 - t^2) u' with s = 0.5 (1 + t): 1 - t^2 is

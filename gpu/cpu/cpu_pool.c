@@ -6,9 +6,14 @@
  * needed: clang's -fopenmp would emit LLVM libomp's calls instead). Its
  * threads are the ones oneDNN's primitives and OpenBLAS's OpenMP build use
  * for the same tower thread: one team, no second pool waiting for a core.
- * The threads of the team take parts through an atomic counter until none
- * is left (a part is a fixed slice of the range, so which thread runs it
- * changes nothing); the region's end is the join.
+ * A range is cut into two parts a thread, each a fixed slice (so which
+ * thread runs it changes nothing). Thread t first runs its own parts, the
+ * t-th share of the range in order, so that a step's ops over the same
+ * tensors give each thread the same slice every time and its data stays
+ * in that core's cache (PyTorch's and oneDNN's static schedules do the
+ * same); then it takes whatever parts the others have not started, so a
+ * thread the machine's other load delays leaves its share to the rest.
+ * The region's end is the join.
  *
  * Between regions libgomp's idle threads spin a while, then sleep
  * (OMP_WAIT_POLICY, GOMP_SPINCOUNT; docs/tuning.md): the next op of the
@@ -44,12 +49,17 @@ extern int omp_get_num_threads(void);
 extern int omp_get_max_threads(void);
 extern void omp_set_num_threads(int n);
 
+/* Parts a range has at most: two a thread, threads up to S_MAX_PARTS / 2
+ * (a larger team cuts bigger parts, so no part is left out). */
+#define S_MAX_PARTS 256
+
 /* One range handed to a team. */
 typedef struct {
     tp_cpu_range_fn fn;
     void *arg;
     size_t n, part, nparts;
-    atomic_size_t next;  /* the next part to take */
+    atomic_uchar taken[S_MAX_PARTS]; /* a part's claim: 1 once a thread took it */
+    atomic_size_t by_workers;        /* parts a worker (not the caller) took */
     atomic_int start;    /* released by the caller before the region */
     atomic_int finished; /* released by each thread of the team at its end */
     int worker_first;    /* the caller waits for a worker's first part (tests) */
@@ -116,11 +126,25 @@ static void s_team_body(void *p) {
      * that compares one and two threads sees the team really share the
      * range: on a loaded machine the caller could otherwise finish every
      * part before a worker wakes (CI once saw 20 s of tries without one). */
-    if (!worker && r->worker_first && omp_get_num_threads() > 1)
-        while (atomic_load_explicit(&r->next, memory_order_relaxed) == 0)
+    const size_t threads = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    if (!worker && r->worker_first && threads > 1)
+        while (atomic_load_explicit(&r->by_workers, memory_order_relaxed) == 0)
             sched_yield();
-    size_t done = 0, k;
-    while ((k = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed)) < r->nparts) {
+    /* its own share first, [own, own_end), then the others' leftovers
+     * from there on, round the range */
+    const size_t own = t * r->nparts / threads, own_end = (t + 1) * r->nparts / threads;
+    size_t done = 0;
+    for (size_t i = 0; i < r->nparts; i++) {
+        const size_t k = (own + i) % r->nparts;
+        if (k >= own && k < own_end) {
+            if (atomic_exchange_explicit(&r->taken[k], 1, memory_order_relaxed))
+                continue;
+        } else if (atomic_load_explicit(&r->taken[k], memory_order_relaxed) ||
+                   atomic_exchange_explicit(&r->taken[k], 1, memory_order_relaxed)) {
+            continue;
+        }
+        if (worker)
+            atomic_fetch_add_explicit(&r->by_workers, 1, memory_order_relaxed);
         const size_t lo = k * r->part, hi = lo + r->part < r->n ? lo + r->part : r->n;
         r->fn(r->arg, lo, hi);
         done++;
@@ -152,13 +176,17 @@ void tp_cpu_parallel(size_t n, size_t align, size_t min_items, tp_cpu_range_fn f
     size_t nparts = (size_t)threads * 2;
     if (nparts > n / min_items)
         nparts = n / min_items;
+    if (nparts > S_MAX_PARTS)
+        nparts = S_MAX_PARTS;
     size_t part = (n + nparts - 1) / nparts;
     part = (part + align - 1) / align * align;
     nparts = (n + part - 1) / part;
 
     s_range_t r = {.fn = fn, .arg = arg, .n = n, .part = part, .nparts = nparts,
                    .worker_first = ov > 0};
-    atomic_init(&r.next, 0);
+    for (size_t k = 0; k < nparts; k++)
+        atomic_init(&r.taken[k], 0);
+    atomic_init(&r.by_workers, 0);
     atomic_init(&r.finished, 0);
     atomic_store_explicit(&r.start, 1, memory_order_release);
     GOMP_parallel(s_team_body, &r, (unsigned)threads, 0);

@@ -6,8 +6,10 @@
  * stretched operand): the same-shape case is one flat loop. A stretched
  * operand's gradient is summed over the stretched dims into its own buffer
  * in the output's order. The activations the image models used first
- * (relu, leaky relu, tanh, sigmoid, scale) and the same-shape add keep
- * their loops as they were, so those models train to the same bits. */
+ * (relu, leaky relu, tanh, scale) and the same-shape add keep their loops
+ * as they were, so those models train to the same bits; the sigmoid went
+ * to the FMA forms with exp and log (s_math_fma_fwd), its bits within
+ * 2 ulp of before. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,10 +577,6 @@ S_CLONES static void s_unary_fwd(void *arg, size_t lo, size_t hi) {
         for (size_t i = 0; i < n; i++)
             y[i] = s_vtanh(x[i]);
         break;
-    case TP_OP_SIGMOID:
-        for (size_t i = 0; i < n; i++)
-            y[i] = s_vsigmoid(x[i]);
-        break;
     case TP_OP_SCALE:
         for (size_t i = 0; i < n; i++)
             y[i] = a * x[i];
@@ -635,28 +633,49 @@ S_CLONES static void s_unary_bwd(void *arg, size_t lo, size_t hi) {
 
 /* ---- the other unary ops ------------------------------------------------ */
 
-/* log and pow on a positive normal float run cpu_math.h's vectorised
- * s_vlog and s_vexp (log within Cephes' 1-2 ulp; pow as e^(p log x),
- * relative error about |p log x| 1e-7, inside the parity suite's 1e-5);
- * zero, negatives, denormals, inf and NaN take libm's answer. S_BLOCKED
+/* The ops of e^x and log check their items' range block by block rather
+ * than item by item: on a positive normal float log and pow run cpu_math.h's
+ * vectorised log and e^x (log within Cephes' 1-2 ulp; pow as e^(p log x),
+ * relative error about |p log x| 1e-7, inside the parity suite's 1e-5),
+ * and zero, negatives, denormals, inf and NaN take libm's answer; e^x's
+ * fast form covers [-87.3, 88], the rest takes s_vexp's clamps. S_BLOCKED
  * runs `DST FAST` over blocks of 256 items (a loop GCC vectorises, with
- * an OR of the items' !OK), then, only in a block that had one, `DST
- * SLOW` where !OK (FAST is 0 there, so a += adds SLOW alone). i is the
- * item. */
+ * an OR of the items' !OK; FAST computed for every item, then selected,
+ * since GCC does not if-convert a conditional fmaf), then, only in a
+ * block that had one, `DST SLOW` where !OK (FAST is 0 there, so a +=
+ * adds SLOW alone). S_FIXED, for a plain store: FAST unselected, the
+ * bad items' garbage overwritten by SLOW (a select and its compare less a
+ * vector). i is the item. */
 #define S_POS_NORMAL(v) ((v) >= 1.17549435e-38f && (v) < INFINITY)
 #define S_BLOCKED(DST, OK, FAST, SLOW)                                         \
     for (size_t b_ = 0; b_ < n; b_ += 256) {                                   \
         const size_t e_ = n - b_ < 256 ? n : b_ + 256;                         \
         int bad_ = 0;                                                          \
         for (size_t i = b_; i < e_; i++) {                                     \
+            const float f_ = (FAST);                                           \
             bad_ |= !(OK);                                                     \
-            DST(OK) ? (FAST) : 0.0f;                                           \
+            DST(OK) ? f_ : 0.0f;                                               \
         }                                                                      \
         if (bad_)                                                              \
             for (size_t i = b_; i < e_; i++)                                   \
                 if (!(OK))                                                     \
                     DST SLOW;                                                  \
     }
+#define S_FIXED(DST, OK, FAST, SLOW)                                           \
+    for (size_t b_ = 0; b_ < n; b_ += 256) {                                   \
+        const size_t e_ = n - b_ < 256 ? n : b_ + 256;                         \
+        int bad_ = 0;                                                          \
+        for (size_t i = b_; i < e_; i++) {                                     \
+            bad_ |= !(OK);                                                     \
+            DST FAST;                                                          \
+        }                                                                      \
+        if (bad_)                                                              \
+            for (size_t i = b_; i < e_; i++)                                   \
+                if (!(OK))                                                     \
+                    DST SLOW;                                                  \
+    }
+/* x inside e^x's fast range (s_vexp_fma_core) */
+#define S_EXP_OK(v) ((v) >= -87.3f && (v) <= 88.0f)
 
 
 S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
@@ -671,13 +690,9 @@ S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
     case TP_OP_SQUARE: for (size_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
     case TP_OP_SQRT: for (size_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
     case TP_OP_RSQRT: for (size_t i = 0; i < n; i++) y[i] = 1.0f / sqrtf(x[i]); break;
-    case TP_OP_EXP: for (size_t i = 0; i < n; i++) y[i] = s_vexp(x[i]); break;
-    case TP_OP_LOG: S_BLOCKED(y[i] =, S_POS_NORMAL(x[i]), s_vlog(x[i]), logf(x[i])); break;
-    case TP_OP_POW:
-        if (p == 2.0f) /* powf's own answer: x x is one rounding */
-            for (size_t i = 0; i < n; i++) y[i] = x[i] * x[i];
-        else
-            S_BLOCKED(y[i] =, S_POS_NORMAL(x[i]), s_vexp(p * s_vlog(x[i])), powf(x[i], p));
+    case TP_OP_POW: /* p == 2 (s_math_fma_fwd: the others): powf's own
+                     * answer, x x is one rounding */
+        for (size_t i = 0; i < n; i++) y[i] = x[i] * x[i];
         break;
     case TP_OP_CLIP:
         for (size_t i = 0; i < n; i++) {
@@ -688,14 +703,6 @@ S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
     case TP_OP_GELU:
         for (size_t i = 0; i < n; i++)
             y[i] = 0.5f * x[i] * (1.0f + s_verf(x[i] * (float)M_SQRT1_2));
-        break;
-    case TP_OP_SILU:
-        for (size_t i = 0; i < n; i++)
-            y[i] = x[i] / (1.0f + s_vexp(-x[i]));
-        break;
-    case TP_OP_SOFTPLUS:
-        for (size_t i = 0; i < n; i++)
-            y[i] = s_vsoftplus(x[i]);
         break;
     case TP_OP_STOP_GRADIENT:
         if (y != x)
@@ -719,6 +726,95 @@ TP_CPU_CLONES_FMA static void s_gelu_tanh_fwd(void *arg, size_t lo, size_t end) 
     float *restrict y = (float *)c->y + lo;
     for (size_t i = 0; i < n; i++)
         y[i] = s_vgelu_tanh(x[i]);
+}
+
+/* The ops made of e^x and log in clones by x86-64 level, their e^x and
+ * log in fused multiply-adds (cpu_math.h's s_vexp_fma_core, s_vlog_fma:
+ * some 20 operations where s_vexp and s_vlog take 30-35, and as exact):
+ * on AVX-512 PyTorch's own e^x and log are FMA polynomials, and these
+ * rows were its equal or 10% slower with the unfused forms (issue 42,
+ * docs/performance.md). The baseline clone calls libm's fmaf: the same
+ * bits, slower. */
+static int s_fma_kind(const tp_op_call_t *c) {
+    switch (c->kind) {
+    case TP_OP_EXP: case TP_OP_LOG: case TP_OP_SIGMOID: case TP_OP_SILU:
+    case TP_OP_SOFTPLUS:
+        return 1;
+    case TP_OP_POW:
+        return c->attr->alpha != 2.0f;
+    default:
+        return 0;
+    }
+}
+
+TP_CPU_CLONES_FMA static void s_math_fma_fwd(void *arg, size_t lo, size_t end) {
+    const tp_op_call_t *c = arg;
+    const size_t n = end - lo;
+    const float *restrict x = (const float *)c->x[0] + lo;
+    float *restrict y = (float *)c->y + lo;
+    const float p = c->attr->alpha;
+    switch (c->kind) {
+    case TP_OP_EXP: S_FIXED(y[i] =, S_EXP_OK(x[i]), s_vexp_fma_core(x[i]), s_vexp(x[i])); break;
+    case TP_OP_LOG: S_FIXED(y[i] =, S_POS_NORMAL(x[i]), s_vlog_fma(x[i]), logf(x[i])); break;
+    case TP_OP_POW: /* e^(p log x) where x is positive normal and p log x in range */
+        S_FIXED(y[i] =, S_POS_NORMAL(x[i]) && S_EXP_OK(p * s_vlog_fma(x[i])),
+                s_vexp_fma_core(p * s_vlog_fma(x[i])), powf(x[i], p));
+        break;
+    case TP_OP_SIGMOID:
+        S_FIXED(y[i] =, S_EXP_OK(-x[i]), 1.0f / (1.0f + s_vexp_fma_core(-x[i])),
+                s_vsigmoid(x[i]));
+        break;
+    case TP_OP_SILU:
+        S_FIXED(y[i] =, S_EXP_OK(-x[i]), x[i] / (1.0f + s_vexp_fma_core(-x[i])),
+                x[i] / (1.0f + s_vexp(-x[i])));
+        break;
+    case TP_OP_SOFTPLUS: /* s_vsoftplus's steps, its e^x and log fused */
+        S_FIXED(y[i] =, x[i] >= -87.3f && x[i] <= 20.0f, s_vsoftplus_fma(x[i]),
+                s_vsoftplus(x[i]));
+        break;
+    default:
+        break;
+    }
+}
+
+/* The backward of the FMA forms' ops whose gradient computes e^x again
+ * (pow, softplus); the others' read y or x alone (s_math_bwd, s_unary_bwd). */
+TP_CPU_CLONES_FMA static void s_math_fma_bwd(void *arg, size_t lo, size_t end) {
+    const tp_op_call_t *c = arg;
+    const size_t n = end - lo;
+    const float *restrict x = (const float *)c->x[0] + lo, *restrict dy = c->dy + lo;
+    float *restrict dx = c->dx[0] + lo;
+    const int acc = c->dx_acc[0];
+    const float p = c->attr->alpha;
+    switch (c->kind) {
+    case TP_OP_POW:
+        if (p == 0.0f) {
+            GRAD_STORE(dx, acc, n, 0.0f);
+        } else if (acc) {
+            S_BLOCKED(dx[i] +=,
+                      S_POS_NORMAL(x[i]) && S_EXP_OK((p - 1.0f) * s_vlog_fma(x[i])),
+                      dy[i] * p * s_vexp_fma_core((p - 1.0f) * s_vlog_fma(x[i])),
+                      dy[i] * p * powf(x[i], p - 1.0f));
+        } else {
+            S_FIXED(dx[i] =, S_POS_NORMAL(x[i]) && S_EXP_OK((p - 1.0f) * s_vlog_fma(x[i])),
+                    dy[i] * p * s_vexp_fma_core((p - 1.0f) * s_vlog_fma(x[i])),
+                    dy[i] * p * powf(x[i], p - 1.0f));
+        }
+        break;
+    case TP_OP_SOFTPLUS: /* the sigmoid of x, as the forward's e^x */
+        if (acc) {
+            S_BLOCKED(dx[i] +=, x[i] >= -88.0f && x[i] <= 20.0f,
+                      dy[i] / (1.0f + s_vexp_fma_core(-x[i])),
+                      x[i] > 20.0f ? dy[i] : dy[i] / (1.0f + s_vexp(-x[i])));
+        } else {
+            S_FIXED(dx[i] =, x[i] >= -88.0f && x[i] <= 20.0f,
+                    dy[i] / (1.0f + s_vexp_fma_core(-x[i])),
+                    x[i] > 20.0f ? dy[i] : dy[i] / (1.0f + s_vexp(-x[i])));
+        }
+        break;
+    default:
+        break;
+    }
 }
 
 /* GELU's derivatives: cpu_math.h's s_vgelu_grad and s_vgelu_tanh_grad
@@ -756,18 +852,8 @@ S_CLONES static void s_math_bwd(void *arg, size_t lo, size_t end) {
     case TP_OP_RSQRT: GRAD_STORE(dx, acc, n, -0.5f * dy[i] * y[i] * y[i] * y[i]); break;
     case TP_OP_EXP: GRAD_STORE(dx, acc, n, dy[i] * y[i]); break;
     case TP_OP_LOG: GRAD_STORE(dx, acc, n, dy[i] / x[i]); break;
-    case TP_OP_POW:
-        if (p == 0.0f) {
-            GRAD_STORE(dx, acc, n, 0.0f);
-        } else if (acc) {
-            S_BLOCKED(dx[i] +=, S_POS_NORMAL(x[i]),
-                      dy[i] * p * s_vexp((p - 1.0f) * s_vlog(x[i])),
-                      dy[i] * p * powf(x[i], p - 1.0f));
-        } else {
-            S_BLOCKED(dx[i] =, S_POS_NORMAL(x[i]),
-                      dy[i] * p * s_vexp((p - 1.0f) * s_vlog(x[i])),
-                      dy[i] * p * powf(x[i], p - 1.0f));
-        }
+    case TP_OP_POW: /* p == 2 (s_math_fma_bwd: the others) */
+        GRAD_STORE(dx, acc, n, dy[i] * p * x[i]);
         break;
     case TP_OP_CLIP:
         GRAD_STORE(dx, acc, n, ((x[i] >= p) & (x[i] <= hi)) ? dy[i] : 0.0f);
@@ -777,9 +863,6 @@ S_CLONES static void s_math_bwd(void *arg, size_t lo, size_t end) {
         GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_tanh_grad(x[i], y[i]));
         break;
     case TP_OP_SILU: GRAD_STORE(dx, acc, n, dy[i] * s_silu_grad(x[i], y[i])); break;
-    case TP_OP_SOFTPLUS:
-        GRAD_STORE(dx, acc, n, x[i] > 20.0f ? dy[i] : dy[i] / (1.0f + s_vexp(-x[i])));
-        break;
     default: /* constants and stop_gradient: nothing flows back */
         break;
     }
@@ -819,9 +902,12 @@ int tp_cpu_elementwise_kind(tp_op_kind_t k) {
 }
 
 tp_status_t tp_cpu_elementwise_forward(const tp_op_call_t *c) {
+    if (s_fma_kind(c)) {
+        s_par(c, s_math_fma_fwd);
+        return TP_OK;
+    }
     switch (c->kind) {
-    case TP_OP_RELU: case TP_OP_LEAKY_RELU: case TP_OP_TANH: case TP_OP_SIGMOID:
-    case TP_OP_SCALE:
+    case TP_OP_RELU: case TP_OP_LEAKY_RELU: case TP_OP_TANH: case TP_OP_SCALE:
         s_par(c, s_unary_fwd);
         return TP_OK;
     case TP_OP_ADD: case TP_OP_SUB: case TP_OP_MUL: case TP_OP_DIV:
@@ -853,7 +939,9 @@ tp_status_t tp_cpu_elementwise_backward(const tp_op_call_t *c) {
             return tp_error(TP_ERR_UNSUPPORTED, "%s: no CPU backward for op %s",
                             c->name, tp_op_name(c->kind));
         if (c->dx[0])
-            s_par(c, s_math_bwd);
+            s_par(c, (c->kind == TP_OP_POW || c->kind == TP_OP_SOFTPLUS) && s_fma_kind(c)
+                         ? s_math_fma_bwd
+                         : s_math_bwd);
         break;
     }
     /* the gradient checks' deliberate fault (ops_elementwise.h); a multiply

@@ -105,6 +105,48 @@ Test(cpu_pool, a_small_range_or_one_thread_is_one_call_on_the_caller) {
     cr_expect_eq(seen[2], 1000000);
 }
 
+/* Each thread of the team runs its own share of a range first (thread t
+ * the t-th, cpu_pool.c), so that a step's ops over the same tensors find
+ * their slice in the same core's cache; leftovers are taken after. Under
+ * the override the caller waits for the worker's first part: the
+ * worker's first is in the second half, the caller's (if the worker left
+ * it any) in the first. */
+typedef struct {
+    pthread_t caller;
+    atomic_size_t first_worker_lo, first_caller_lo; /* SIZE_MAX: none yet */
+} share_t;
+
+static void s_share(void *arg, size_t lo, size_t hi) {
+    share_t *sh = arg;
+    (void)hi;
+    size_t none = SIZE_MAX;
+    atomic_compare_exchange_strong(pthread_equal(pthread_self(), sh->caller)
+                                       ? &sh->first_caller_lo
+                                       : &sh->first_worker_lo,
+                                   &none, lo);
+}
+
+Test(cpu_pool, each_thread_runs_its_own_share_of_a_range_first) {
+    enum { N = 4000 }; /* four parts of 1000 */
+    int worker_ran = 0;
+    for (int r = 0; !worker_ran && s_keep_trying(r); r++) {
+        share_t sh = {.caller = pthread_self()};
+        atomic_init(&sh.first_worker_lo, SIZE_MAX);
+        atomic_init(&sh.first_caller_lo, SIZE_MAX);
+        tp_cpu_pool_threads_override(2);
+        tp_cpu_parallel(N, 1, 1000, s_share, &sh);
+        tp_cpu_pool_threads_override(0);
+        const size_t w = atomic_load(&sh.first_worker_lo), c = atomic_load(&sh.first_caller_lo);
+        if (w == SIZE_MAX)
+            continue; /* libgomp gave a team of one */
+        worker_ran = 1;
+        cr_assert(w >= N / 2, "the worker's first part starts at %zu, in the caller's share", w);
+        cr_assert(c == SIZE_MAX || c < N / 2,
+                  "the caller's first part starts at %zu, in the worker's share", c);
+    }
+    cr_assert(worker_ran, "no part ran on a worker");
+}
+
 /* Two towers' threads asking at once: one gets the pool, the other runs
  * its range alone; both cover their ranges. */
 static void s_plain_cover(void *arg, size_t lo, size_t hi) {
@@ -1087,6 +1129,132 @@ Test(cpu_pool, exp_in_fmas_holds_its_bound) {
     cr_assert_eq(s_vexp_fma(INFINITY), INFINITY);
     cr_assert(isnan(s_vexp_fma(NAN)) && isnan(s_vexp_fma(-NAN)), "e^NaN not NaN");
     cr_log_info("s_vexp_fma: worst relative error %.3g at %.9g", worst, at);
+}
+
+/* The ops of e^x and log (exp, log, pow, sigmoid, silu, softplus) in
+ * fused multiply-adds with a range check a block at a time
+ * (ops_elementwise.c's S_FIXED): each item's value is the fast form's
+ * inside its range and the exact clamped form's (s_vexp, libm's logf and
+ * powf) outside, the same bits as this file's baseline ISA computes them
+ * (libm's fmaf) and on one and two threads, and within its bound of the
+ * double-precision function, across the range edges (e^x's fast form
+ * stops at 88, s_vexp at 88.72), zeros, negatives, denormals, inf and
+ * NaN. */
+static float s_fma_op_baseline(tp_op_kind_t k, float v, float p) {
+    const int exp_ok = v >= -87.3f && v <= 88.0f, neg_ok = -v >= -87.3f && -v <= 88.0f;
+    const int pos_normal = v >= 1.17549435e-38f && v < INFINITY;
+    switch (k) {
+    case TP_OP_EXP: return exp_ok ? s_vexp_fma_core(v) : s_vexp(v);
+    case TP_OP_LOG: return pos_normal ? s_vlog_fma(v) : logf(v);
+    case TP_OP_POW: {
+        const float t = pos_normal ? p * s_vlog_fma(v) : 0.0f;
+        return pos_normal && t >= -87.3f && t <= 88.0f ? s_vexp_fma_core(t) : powf(v, p);
+    }
+    case TP_OP_SIGMOID: return neg_ok ? 1.0f / (1.0f + s_vexp_fma_core(-v)) : s_vsigmoid(v);
+    case TP_OP_SILU: return neg_ok ? v / (1.0f + s_vexp_fma_core(-v)) : v / (1.0f + s_vexp(-v));
+    default: /* softplus */
+        return v >= -87.3f && v <= 20.0f ? s_vsoftplus_fma(v) : s_vsoftplus(v);
+    }
+}
+
+static double s_fma_op_ref(tp_op_kind_t k, double v, double p) {
+    switch (k) {
+    case TP_OP_EXP: return exp(v);
+    case TP_OP_LOG: return log(v);
+    case TP_OP_POW: return pow(v, p);
+    case TP_OP_SIGMOID: return 1.0 / (1.0 + exp(-v));
+    case TP_OP_SILU: return v / (1.0 + exp(-v));
+    default: return v > 20.0 ? v : log1p(exp(v));
+    }
+}
+
+Test(cpu_pool, exp_and_log_ops_in_fmas_hold_their_bounds_and_bits) {
+    enum { N = 200003 };
+    static const struct {
+        tp_op_kind_t kind;
+        const char *name;
+        float lo, hi, p;
+        double rel; /* relative bound where the result is a normal float */
+    } ops[] = {
+        {TP_OP_EXP, "exp", -90.0f, 90.0f, 0.0f, 3.1e-7},
+        {TP_OP_LOG, "log", 1e-6f, 1e6f, 0.0f, 8.2e-8},
+        {TP_OP_POW, "pow", 1e-6f, 1e6f, 1.5f, 2.6e-6},
+        {TP_OP_SIGMOID, "sigmoid", -90.0f, 90.0f, 0.0f, 2e-7},
+        {TP_OP_SILU, "silu", -90.0f, 90.0f, 0.0f, 2.5e-7},
+        {TP_OP_SOFTPLUS, "softplus", -90.0f, 30.0f, 0.0f, 3e-7},
+    };
+    static const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, -1.0f, 87.9f, 88.0f,
+                                    88.01f, 88.5f, 88.72f, 88.8f, -87.29f, -87.31f,
+                                    -88.01f, -88.5f, 20.0f, 20.01f, 1.0f, NAN,
+                                    INFINITY, -INFINITY};
+    float *x = malloc(N * sizeof(float)), *dy = malloc(N * sizeof(float)),
+          *dx = malloc(N * sizeof(float)), *y[2] = {malloc(N * sizeof(float)),
+                                                    malloc(N * sizeof(float))};
+    cr_assert(x && dy && dx && y[0] && y[1]);
+    for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+        const int logs = ops[o].lo > 0.0f; /* a geometric sweep */
+        for (int j = 0; j < N; j++) {
+            const double f = (double)j / (N - 1);
+            x[j] = logs ? (float)(ops[o].lo * pow(ops[o].hi / ops[o].lo, f))
+                        : (float)(ops[o].lo + (ops[o].hi - ops[o].lo) * f);
+            dy[j] = 1.0f;
+        }
+        memcpy(x, special, sizeof special);
+        for (int t = 0; t < 2; t++) {
+            tp_shape_t xs = {.ndim = 1, .d = {N}};
+            tp_op_attr_t at = {.alpha = ops[o].p};
+            const void *xin[1] = {x};
+            const int accs[1] = {0};
+            float *dxs[1] = {dx};
+            tp_op_call_t c = {.kind = ops[o].kind, .attr = &at, .name = ops[o].name,
+                              .ninputs = 1, .x = xin, .xshape = &xs, .y = y[t],
+                              .yshape = xs, .dx = dxs, .dx_acc = accs, .dy = dy};
+            tp_cpu_pool_threads_override(t + 1);
+            cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s: %s", ops[o].name,
+                         tp_last_error());
+            tp_cpu_pool_threads_override(0);
+        }
+        cr_assert_eq(memcmp(y[0], y[1], N * sizeof(float)), 0, "%s: 1 and 2 threads differ",
+                     ops[o].name);
+        double worst = 0.0;
+        for (int j = 0; j < N; j++) {
+            const float v = x[j], got = y[0][j];
+            const float base = s_fma_op_baseline(ops[o].kind, v, ops[o].p);
+            cr_assert(memcmp(&got, &base, sizeof got) == 0 || (isnan(got) && isnan(base)),
+                      "%s(%.9g) = %.9g, the baseline ISA's %.9g", ops[o].name, v, got, base);
+            const double ref = s_fma_op_ref(ops[o].kind, v, ops[o].p);
+            if (isnan(ref) || isnan(v)) {
+                cr_assert(isnan(got), "%s(%.9g) = %.9g, not NaN", ops[o].name, v, got);
+                continue;
+            }
+            if (fabs(ref) > 3.4028234663852886e38) {
+                cr_assert(isinf(got) && (got > 0) == (ref > 0), "%s(%.9g) = %.9g, not %g",
+                          ops[o].name, v, got, ref);
+                continue;
+            }
+            /* results under 1e-36 count as 0: denormals are flushed, s_vexp
+             * is 0 from -87.3 down (e^x still 1.2e-38 there) and inf past
+             * 88.72 (silu(-89) = -0, not -5e-37: cpu_math.h) */
+            if (fabs(ref) < 1e-36) {
+                cr_assert(fabs(got) < 1e-36, "%s(%.9g) = %.9g, reference %g", ops[o].name, v,
+                          got, ref);
+                continue;
+            }
+            /* log and pow near 1: 0 there, so absolute (|log x| 0.05 at most) */
+            const double err = ops[o].kind == TP_OP_LOG || ops[o].kind == TP_OP_POW
+                                   ? fabs(got - ref) / fmax(fabs(ref), 0.05)
+                                   : fabs(got - ref) / fabs(ref);
+            worst = err > worst ? err : worst;
+            cr_assert(err <= ops[o].rel, "%s(%.9g) = %.9g, reference %.9g (error %.3g)",
+                      ops[o].name, v, got, ref, err);
+        }
+        cr_log_info("%s: worst relative error %.3g", ops[o].name, worst);
+    }
+    free(x);
+    free(dy);
+    free(dx);
+    free(y[0]);
+    free(y[1]);
 }
 
 /* Nearest upsampling by 2's backward in flat blocks (ops_conv.c): each
