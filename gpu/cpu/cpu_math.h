@@ -168,25 +168,10 @@ static inline float s_verf(float x) {
     return x < 0.0f ? -r : r;
 }
 
-/* GELU's derivatives, erf's and the tanh approximation's: the gelu
- * op's backward (ops_elementwise.c) and batch_matmul's folded GELU
- * (ops_linalg.c), the same bits in both. */
-/* Phi(v) + v phi(v): erf's e^-z^2 (z = v / sqrt 2) is phi's e^(-v^2 / 2),
- * computed once (s_verf's steps). */
-static inline float s_vgelu_grad(float v) {
-    const float z = v * (float)0.70710678118654752440, az = fabsf(z); /* 1 / sqrt 2 */
-    const float e = s_vexp(-az * az);
-    const float t = 1.0f / (1.0f + 0.3275911f * az);
-    float p = 1.061405429f;
-    p = p * t - 1.453152027f;
-    p = p * t + 1.421413741f;
-    p = p * t - 0.284496736f;
-    p = p * t + 0.254829592f;
-    const float r = 1.0f - p * t * e;
-    const float cdf = 0.5f * (1.0f + (z < 0.0f ? -r : r));
-    return cdf + v * 0.3989422804014327f * e;
-}
-
+/* GELU's derivatives: erf's (s_vgelu_grad_fma, below) and the tanh
+ * approximation's (s_vgelu_tanh_grad): the gelu op's backward
+ * (ops_elementwise.c) and batch_matmul's folded GELU (ops_linalg.c), the
+ * same bits in both. */
 /* e^z = e^r 2^n for z in [-87.3, 88] (the caller clamps), in fused
  * multiply-adds: returns e^r and sets *two_n, so that a caller can fuse
  * the product with what follows (s_vgelu_tanh's 1 + e^z). n = round(z /
@@ -274,6 +259,45 @@ static inline float s_vexp_fma_core(float x) {
     float two_n;
     const float p = s_vexp_fma_parts(x, &two_n);
     return p * two_n;
+}
+
+/* s_verf in fused multiply-adds for |x| <= 9.3 (x^2 within e^x's fast
+ * range, s_vexp_fma_core; the caller takes s_verf outside, where erf is
+ * +-1 to the float), the caller's clones TP_CPU_CLONES_FMA's: the gelu
+ * op's forward (ops_elementwise.c). */
+static inline float s_verf_fma(float x) {
+    const float z = fabsf(x);
+    const float t = 1.0f / fmaf(0.3275911f, z, 1.0f);
+    float p = 1.061405429f;
+    p = fmaf(p, t, -1.453152027f);
+    p = fmaf(p, t, 1.421413741f);
+    p = fmaf(p, t, -0.284496736f);
+    p = fmaf(p, t, 0.254829592f);
+    const float r = fmaf(-(p * t), s_vexp_fma_core(-z * z), 1.0f);
+    return x < 0.0f ? -r : r;
+}
+
+/* Phi(v) + v phi(v), erf's GELU's derivative: erf's e^-z^2 (z = v /
+ * sqrt 2) is phi's e^(-v^2 / 2), computed once (s_verf_fma's steps) in
+ * fused multiply-adds, for any v: e^-z^2 by
+ * s_vexp_fma_core with -z^2 held at -87.3 (e^-87.3 is 1.2e-38 where it
+ * was 0: the derivative moves by under 1e-36, past |v| 13.2), NaN kept
+ * (through t). The caller's clones TP_CPU_CLONES_FMA's: the gelu op's
+ * backward and batch_matmul's folded GELU (ops_linalg.c), the same bits
+ * in both. */
+static inline float s_vgelu_grad_fma(float v) {
+    const float z = v * (float)0.70710678118654752440, az = fabsf(z); /* 1 / sqrt 2 */
+    const float q = -az * az;
+    const float e = s_vexp_fma_core(q > -87.3f ? q : -87.3f);
+    const float t = 1.0f / fmaf(0.3275911f, az, 1.0f);
+    float p = 1.061405429f;
+    p = fmaf(p, t, -1.453152027f);
+    p = fmaf(p, t, 1.421413741f);
+    p = fmaf(p, t, -0.284496736f);
+    p = fmaf(p, t, 0.254829592f);
+    const float r = fmaf(-(p * t), e, 1.0f);
+    const float cdf = 0.5f * (1.0f + (z < 0.0f ? -r : r));
+    return fmaf(v * 0.3989422804014327f, e, cdf);
 }
 
 /* s_vlog in fused multiply-adds (Cephes' polynomial in Horner's FMAs, its

@@ -700,10 +700,6 @@ S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
             y[i] = v > hi ? hi : v;
         }
         break;
-    case TP_OP_GELU:
-        for (size_t i = 0; i < n; i++)
-            y[i] = 0.5f * x[i] * (1.0f + s_verf(x[i] * (float)M_SQRT1_2));
-        break;
     case TP_OP_STOP_GRADIENT:
         if (y != x)
             memcpy(y, x, n * sizeof(float));
@@ -738,7 +734,7 @@ TP_CPU_CLONES_FMA static void s_gelu_tanh_fwd(void *arg, size_t lo, size_t end) 
 static int s_fma_kind(const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_EXP: case TP_OP_LOG: case TP_OP_SIGMOID: case TP_OP_SILU:
-    case TP_OP_SOFTPLUS:
+    case TP_OP_SOFTPLUS: case TP_OP_GELU:
         return 1;
     case TP_OP_POW:
         return c->attr->alpha != 2.0f;
@@ -768,6 +764,11 @@ TP_CPU_CLONES_FMA static void s_math_fma_fwd(void *arg, size_t lo, size_t end) {
         S_FIXED(y[i] =, S_EXP_OK(-x[i]), x[i] / (1.0f + s_vexp_fma_core(-x[i])),
                 x[i] / (1.0f + s_vexp(-x[i])));
         break;
+    case TP_OP_GELU: /* erf's e^-z^2 in range up to |x| 13.2 */
+        S_FIXED(y[i] =, x[i] * x[i] <= 174.0f,
+                0.5f * x[i] * (1.0f + s_verf_fma(x[i] * (float)M_SQRT1_2)),
+                0.5f * x[i] * (1.0f + s_verf(x[i] * (float)M_SQRT1_2)));
+        break;
     case TP_OP_SOFTPLUS: /* s_vsoftplus's steps, its e^x and log fused */
         S_FIXED(y[i] =, x[i] >= -87.3f && x[i] <= 20.0f, s_vsoftplus_fma(x[i]),
                 s_vsoftplus(x[i]));
@@ -778,7 +779,8 @@ TP_CPU_CLONES_FMA static void s_math_fma_fwd(void *arg, size_t lo, size_t end) {
 }
 
 /* The backward of the FMA forms' ops whose gradient computes e^x again
- * (pow, softplus); the others' read y or x alone (s_math_bwd, s_unary_bwd). */
+ * (pow, softplus, gelu); the others' read y or x alone (s_math_bwd,
+ * s_unary_bwd). */
 TP_CPU_CLONES_FMA static void s_math_fma_bwd(void *arg, size_t lo, size_t end) {
     const tp_op_call_t *c = arg;
     const size_t n = end - lo;
@@ -801,6 +803,7 @@ TP_CPU_CLONES_FMA static void s_math_fma_bwd(void *arg, size_t lo, size_t end) {
                     dy[i] * p * powf(x[i], p - 1.0f));
         }
         break;
+    case TP_OP_GELU: GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_grad_fma(x[i])); break;
     case TP_OP_SOFTPLUS: /* the sigmoid of x, as the forward's e^x */
         if (acc) {
             S_BLOCKED(dx[i] +=, x[i] >= -88.0f && x[i] <= 20.0f,
@@ -817,8 +820,8 @@ TP_CPU_CLONES_FMA static void s_math_fma_bwd(void *arg, size_t lo, size_t end) {
     }
 }
 
-/* GELU's derivatives: cpu_math.h's s_vgelu_grad and s_vgelu_tanh_grad
- * (ops_linalg.c's folded GELU runs them too). */
+/* GELU's derivatives: cpu_math.h's s_vgelu_grad_fma (s_math_fma_bwd)
+ * and s_vgelu_tanh_grad (ops_linalg.c's folded GELU runs them too). */
 
 /* silu' = s (1 + v (1 - s)), s the sigmoid, read back from the forward's
  * y = v / (1 + e^-v) as s = y / v: a division instead of an exponential
@@ -858,7 +861,6 @@ S_CLONES static void s_math_bwd(void *arg, size_t lo, size_t end) {
     case TP_OP_CLIP:
         GRAD_STORE(dx, acc, n, ((x[i] >= p) & (x[i] <= hi)) ? dy[i] : 0.0f);
         break;
-    case TP_OP_GELU: GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_grad(x[i])); break;
     case TP_OP_GELU_TANH: /* its sigmoid read back from y (cpu_math.h) */
         GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_tanh_grad(x[i], y[i]));
         break;
@@ -939,7 +941,8 @@ tp_status_t tp_cpu_elementwise_backward(const tp_op_call_t *c) {
             return tp_error(TP_ERR_UNSUPPORTED, "%s: no CPU backward for op %s",
                             c->name, tp_op_name(c->kind));
         if (c->dx[0])
-            s_par(c, (c->kind == TP_OP_POW || c->kind == TP_OP_SOFTPLUS) && s_fma_kind(c)
+            s_par(c, (c->kind == TP_OP_POW || c->kind == TP_OP_SOFTPLUS ||
+                      c->kind == TP_OP_GELU) && s_fma_kind(c)
                          ? s_math_fma_bwd
                          : s_math_bwd);
         break;

@@ -289,7 +289,7 @@ typedef struct {
                 zd[j] = dy[j] * (GRAD);                                        \
     } while (0)
 
-TP_CPU_CLONES static void s_act_bwd_cols(void *arg, size_t lo, size_t hi) {
+TP_CPU_CLONES_FMA static void s_act_bwd_cols(void *arg, size_t lo, size_t hi) {
     const s_act_bwd_t *a = arg;
     const size_t w = hi - lo;
     float *restrict db = a->db ? a->db + lo : NULL; /* this part's columns */
@@ -300,7 +300,7 @@ TP_CPU_CLONES static void s_act_bwd_cols(void *arg, size_t lo, size_t hi) {
         const float *restrict dy = a->dy + i * a->n + lo;
         const float *restrict yd = a->y ? a->y + i * a->n + lo : NULL;
         if (a->act == TP_ACT_GELU)
-            S_GELU_ROW(s_vgelu_grad(zd[j]));
+            S_GELU_ROW(s_vgelu_grad_fma(zd[j]));
         else if (a->act == TP_ACT_GELU_TANH)
             S_GELU_ROW(s_vgelu_tanh_grad(zd[j], yd[j]));
         else

@@ -1131,7 +1131,7 @@ Test(cpu_pool, exp_in_fmas_holds_its_bound) {
     cr_log_info("s_vexp_fma: worst relative error %.3g at %.9g", worst, at);
 }
 
-/* The ops of e^x and log (exp, log, pow, sigmoid, silu, softplus) in
+/* The ops of e^x and log (exp, log, pow, sigmoid, silu, softplus, gelu) in
  * fused multiply-adds with a range check a block at a time
  * (ops_elementwise.c's S_FIXED): each item's value is the fast form's
  * inside its range and the exact clamped form's (s_vexp, libm's logf and
@@ -1152,6 +1152,9 @@ static float s_fma_op_baseline(tp_op_kind_t k, float v, float p) {
     }
     case TP_OP_SIGMOID: return neg_ok ? 1.0f / (1.0f + s_vexp_fma_core(-v)) : s_vsigmoid(v);
     case TP_OP_SILU: return neg_ok ? v / (1.0f + s_vexp_fma_core(-v)) : v / (1.0f + s_vexp(-v));
+    case TP_OP_GELU:
+        return v * v <= 174.0f ? 0.5f * v * (1.0f + s_verf_fma(v * (float)M_SQRT1_2))
+                               : 0.5f * v * (1.0f + s_verf(v * (float)M_SQRT1_2));
     default: /* softplus */
         return v >= -87.3f && v <= 20.0f ? s_vsoftplus_fma(v) : s_vsoftplus(v);
     }
@@ -1164,6 +1167,7 @@ static double s_fma_op_ref(tp_op_kind_t k, double v, double p) {
     case TP_OP_POW: return pow(v, p);
     case TP_OP_SIGMOID: return 1.0 / (1.0 + exp(-v));
     case TP_OP_SILU: return v / (1.0 + exp(-v));
+    case TP_OP_GELU: return 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
     default: return v > 20.0 ? v : log1p(exp(v));
     }
 }
@@ -1175,13 +1179,15 @@ Test(cpu_pool, exp_and_log_ops_in_fmas_hold_their_bounds_and_bits) {
         const char *name;
         float lo, hi, p;
         double rel; /* relative bound where the result is a normal float */
+        double abs; /* plus this absolute one (erf's A&S form: 1.5e-7) */
     } ops[] = {
-        {TP_OP_EXP, "exp", -90.0f, 90.0f, 0.0f, 3.1e-7},
-        {TP_OP_LOG, "log", 1e-6f, 1e6f, 0.0f, 8.2e-8},
-        {TP_OP_POW, "pow", 1e-6f, 1e6f, 1.5f, 2.6e-6},
-        {TP_OP_SIGMOID, "sigmoid", -90.0f, 90.0f, 0.0f, 2e-7},
-        {TP_OP_SILU, "silu", -90.0f, 90.0f, 0.0f, 2.5e-7},
-        {TP_OP_SOFTPLUS, "softplus", -90.0f, 30.0f, 0.0f, 3e-7},
+        {TP_OP_EXP, "exp", -90.0f, 90.0f, 0.0f, 3.1e-7, 0.0},
+        {TP_OP_LOG, "log", 1e-6f, 1e6f, 0.0f, 8.2e-8, 0.0},
+        {TP_OP_POW, "pow", 1e-6f, 1e6f, 1.5f, 2.6e-6, 0.0},
+        {TP_OP_SIGMOID, "sigmoid", -90.0f, 90.0f, 0.0f, 2e-7, 0.0},
+        {TP_OP_SILU, "silu", -90.0f, 90.0f, 0.0f, 2.5e-7, 0.0},
+        {TP_OP_SOFTPLUS, "softplus", -90.0f, 30.0f, 0.0f, 3e-7, 0.0},
+        {TP_OP_GELU, "gelu", -20.0f, 20.0f, 0.0f, 3e-7, 4e-7},
     };
     static const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, -1.0f, 87.9f, 88.0f,
                                     88.01f, 88.5f, 88.72f, 88.8f, -87.29f, -87.31f,
@@ -1240,10 +1246,12 @@ Test(cpu_pool, exp_and_log_ops_in_fmas_hold_their_bounds_and_bits) {
                           got, ref);
                 continue;
             }
-            /* log and pow near 1: 0 there, so absolute (|log x| 0.05 at most) */
-            const double err = ops[o].kind == TP_OP_LOG || ops[o].kind == TP_OP_POW
-                                   ? fabs(got - ref) / fmax(fabs(ref), 0.05)
-                                   : fabs(got - ref) / fabs(ref);
+            /* log and pow near 1: 0 there, so absolute (|log x| 0.05 at most);
+             * gelu: rel |ref| + abs, as err / (|ref| + abs / rel) <= rel */
+            const double scale = ops[o].kind == TP_OP_LOG || ops[o].kind == TP_OP_POW
+                                     ? fmax(fabs(ref), 0.05)
+                                     : fabs(ref);
+            const double err = fabs(got - ref) / (scale + ops[o].abs / ops[o].rel);
             worst = err > worst ? err : worst;
             cr_assert(err <= ops[o].rel, "%s(%.9g) = %.9g, reference %.9g (error %.3g)",
                       ops[o].name, v, got, ref, err);
