@@ -126,6 +126,7 @@ struct tp_cb_actor {
     /* ---- shared counters: written by one thread each, read by any ---- */
     atomic_int quit;         /* set by destroy: skip what is queued, end */
     atomic_uint_fast64_t done, busy_ns, starved_ns, replies, skipped;
+    uint64_t taken;          /* replies the trainer has taken (its own) */
     uint64_t start_ns;
     /* Its heartbeat: the hook it is in now (the callback's name, the
      * hook's, the global step it was due at) and since when (0: between
@@ -441,6 +442,8 @@ static void s_drain_replies(tp_cb_actor_t *a, tp_trainer_t *tr) {
         }
         if (n != (int)sizeof r)
             continue;
+        if (r.kind != RE_EXITED)
+            a->taken++;  /* s_reply counts the others */
         if (r.kind == RE_EXITED) {
             TP_HANDOFF_ACQUIRE(a);
             a->exited = 1;
@@ -635,10 +638,21 @@ static tp_status_t sc_start(void *impl, tp_trainer_t *tr) {
     return TP_OK;
 }
 
+/* Every step: the replies, only when the actor has sent one not taken
+ * yet. An empty non-blocking zmq_recv is not free: libzmq checks its
+ * mailbox with a getpid (its fork check) and a poll, two system calls a
+ * step, a few microseconds each in a VM (the engine's step against the
+ * bare loop, docs/performance.md). The actor counts a reply after it is
+ * in the pipe, so a count ahead of `taken` means one can be read; the
+ * others who drain (s_send's wait, finish, stop) still drain always, and
+ * the watchdog looks every step. */
 static tp_status_t sc_poll(void *impl, tp_trainer_t *tr) {
     tp_cb_actor_t *a = impl;
-    if (a->actor)
-        s_drain(a, tr);
+    if (a->actor) {
+        if (atomic_load_explicit(&a->replies, memory_order_relaxed) != a->taken)
+            s_drain_replies(a, tr);
+        s_watch(a);
+    }
     return s_pending_failure(a);
 }
 
