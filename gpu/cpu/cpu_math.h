@@ -95,14 +95,22 @@ static inline float s_vexp(float x) {
     return x == x ? v : x;
 }
 
+/* Cephes' logf's reduction of u (a positive normal float): u = 2^e (1 +
+ * m) with 1 + m in [sqrt(1/2), sqrt(2)); returns m, sets *e. s_vlog's and
+ * s_vlog_fma's (the same operations: the same m and e in both). */
+static inline float s_vlog_reduce(float u, float *e) {
+    const uint32_t b = s_vf_bits(u);
+    const float e0 = (float)((int32_t)(b >> 23) - 126);
+    const float m = s_vbits_f((b & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    const int lo = m < 0.707106781186547524f;
+    *e = lo ? e0 - 1.0f : e0;
+    return lo ? m + m - 1.0f : m - 1.0f;
+}
+
 /* log(u) for u a positive normal float (or +inf): Cephes' logf. */
 static inline float s_vlog(float u) {
-    const uint32_t b = s_vf_bits(u);
-    float e = (float)((int32_t)(b >> 23) - 126);
-    float m = s_vbits_f((b & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
-    const int lo = m < 0.707106781186547524f;
-    e = lo ? e - 1.0f : e;
-    m = lo ? m + m - 1.0f : m - 1.0f;
+    float e;
+    const float m = s_vlog_reduce(u, &e);
     const float z = m * m;
     float y = 7.0376836292e-2f;
     y = y * m - 1.1514610310e-1f;
@@ -265,15 +273,22 @@ static inline float s_vexp_fma_core(float x) {
  * range, s_vexp_fma_core; the caller takes s_verf outside, where erf is
  * +-1 to the float), the caller's clones TP_CPU_CLONES_FMA's: the gelu
  * op's forward (ops_elementwise.c). */
-static inline float s_verf_fma(float x) {
-    const float z = fabsf(x);
+/* |erf(z)| for z = |x| >= 0 given e = e^-z^2: A&S 7.1.26's 1 - (a1 t +
+ * ... + a5 t^5) e, t = 1 / (1 + p z), in FMAs (s_verf_fma's and
+ * s_vgelu_grad_fma's). */
+static inline float s_verf_abs_fma(float z, float e) {
     const float t = 1.0f / fmaf(0.3275911f, z, 1.0f);
     float p = 1.061405429f;
     p = fmaf(p, t, -1.453152027f);
     p = fmaf(p, t, 1.421413741f);
     p = fmaf(p, t, -0.284496736f);
     p = fmaf(p, t, 0.254829592f);
-    const float r = fmaf(-(p * t), s_vexp_fma_core(-z * z), 1.0f);
+    return fmaf(-(p * t), e, 1.0f);
+}
+
+static inline float s_verf_fma(float x) {
+    const float z = fabsf(x);
+    const float r = s_verf_abs_fma(z, s_vexp_fma_core(-z * z));
     return x < 0.0f ? -r : r;
 }
 
@@ -289,13 +304,7 @@ static inline float s_vgelu_grad_fma(float v) {
     const float z = v * (float)0.70710678118654752440, az = fabsf(z); /* 1 / sqrt 2 */
     const float q = -az * az;
     const float e = s_vexp_fma_core(q > -87.3f ? q : -87.3f);
-    const float t = 1.0f / fmaf(0.3275911f, az, 1.0f);
-    float p = 1.061405429f;
-    p = fmaf(p, t, -1.453152027f);
-    p = fmaf(p, t, 1.421413741f);
-    p = fmaf(p, t, -0.284496736f);
-    p = fmaf(p, t, 0.254829592f);
-    const float r = fmaf(-(p * t), e, 1.0f);
+    const float r = s_verf_abs_fma(az, e);
     const float cdf = 0.5f * (1.0f + (z < 0.0f ? -r : r));
     return fmaf(v * 0.3989422804014327f, e, cdf);
 }
@@ -307,12 +316,8 @@ static inline float s_vgelu_grad_fma(float v) {
  * > 0.05 and 2e-9 absolute nearer u = 1, as s_vlog (every seventh float
  * of the normal range; tests/gpu/test_cpu_pool.c). */
 static inline float s_vlog_fma(float u) {
-    const uint32_t b = s_vf_bits(u);
-    float e = (float)((int32_t)(b >> 23) - 126);
-    float m = s_vbits_f((b & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
-    const int lo = m < 0.707106781186547524f;
-    e = lo ? e - 1.0f : e;
-    m = lo ? m + m - 1.0f : m - 1.0f;
+    float e;
+    const float m = s_vlog_reduce(u, &e);
     const float z = m * m;
     float y = 7.0376836292e-2f;
     y = fmaf(y, m, -1.1514610310e-1f);
