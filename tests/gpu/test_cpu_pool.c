@@ -1228,6 +1228,14 @@ Test(cpu_pool, exp_and_log_ops_in_fmas_hold_their_bounds_and_bits) {
             const float base = s_fma_op_baseline(ops[o].kind, v, ops[o].p);
             cr_assert(memcmp(&got, &base, sizeof got) == 0 || (isnan(got) && isnan(base)),
                       "%s(%.9g) = %.9g, the baseline ISA's %.9g", ops[o].name, v, got, base);
+            /* a denormal input: libm's answer, as the baseline's above,
+             * but what it reads depends on the thread's DAZ mode (the
+             * backend sets it; an earlier test in this process may have):
+             * no reference for it */
+            uint32_t vb;
+            memcpy(&vb, &v, sizeof vb);
+            if ((vb & 0x7f800000u) == 0 && (vb & 0x007fffffu) != 0)
+                continue;
             const double ref = s_fma_op_ref(ops[o].kind, v, ops[o].p);
             if (isnan(ref) || isnan(v)) {
                 cr_assert(isnan(got), "%s(%.9g) = %.9g, not NaN", ops[o].name, v, got);
