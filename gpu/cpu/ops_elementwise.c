@@ -8,8 +8,8 @@
  * in the output's order. The activations the image models used first
  * (relu, leaky relu, tanh, scale) and the same-shape add keep their loops
  * as they were, so those models train to the same bits; the sigmoid went
- * to the FMA forms with exp and log (s_math_fma_fwd), its bits within
- * 2 ulp of before. */
+ * to the FMA forms with exp and log (s_math_fma_fwd), its values within 4
+ * ulp of before (the better e^x: 2,000,001 points over [-87, 87]). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
